@@ -1,0 +1,42 @@
+# jazzmine worker. `make help` lists the targets.
+
+GO          ?= go
+PYTHON      ?= python3
+BASE_IMAGE  ?= jazzmine-python-base:bookworm
+GOTESTFLAGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build the worker binary into bin/worker
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/worker ./cmd/worker
+
+.PHONY: base-image
+base-image: ## Build the Python base image from Debian packages (mmdebstrap + docker import); no registry needed
+	BASE_IMAGE=$(BASE_IMAGE) ./deploy/base-image/build.sh
+
+.PHONY: lint
+lint: ## gofmt, go vet, and a syntax check of the harness
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(PYTHON) -m py_compile harness/executor_harness.py
+
+.PHONY: test-python
+test-python: ## Python unit tests of the harness
+	$(PYTHON) -m unittest discover -s harness/pytests -t harness/pytests -v
+
+.PHONY: test-go
+test-go: ## Go tests with the race detector (real harness, real Docker, in-process NATS)
+	$(GO) test -race -count=1 $(GOTESTFLAGS) ./...
+
+.PHONY: test
+test: lint base-image test-python test-go ## Everything CI runs: lint, base image, Python and Go tests
+
+.PHONY: bench-harness
+bench-harness: ## Benchmark one trivial execution through the executor and a local harness
+	$(GO) test -run '^$$' -bench . -benchtime 2000x -count 5 ./harness/

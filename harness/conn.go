@@ -1,0 +1,236 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// ErrClosed is returned by Conn operations after the stream has ended or Close was
+// called.
+var ErrClosed = errors.New("harness: connection closed")
+
+// Conn is one harness's protocol stream: requests are written to w, events read from r
+// as JSON lines. A reader goroutine started by NewConn reads lines ahead so that every
+// operation can honour deadlines; it ends when r returns an error (close the stream to
+// stop it) or Close is called.
+//
+// A Conn serves one operation at a time (WaitReady, Ping, Reset, or an Executor's Run);
+// the pool's lease guarantees that. Lines that belong to no running operation, such as
+// the late events of an abandoned execution, are skipped by the next one.
+type Conn struct {
+	w   io.Writer
+	wmu sync.Mutex // guards w
+
+	lines   chan line
+	stop    chan struct{}
+	stopped sync.Once
+	done    chan struct{} // closed when the reader goroutine has returned
+	err     error         // why the reader ended; read only after done is closed
+}
+
+type line struct {
+	b        []byte // the line without its newline; nil when oversize
+	n        int64  // bytes read for it, newline included
+	oversize bool
+}
+
+// NewConn starts reading r. maxLine caps one line (zero means DefaultMaxLineBytes); a
+// longer line is consumed, dropped and reported to the running execution as an output
+// limit breach.
+func NewConn(r io.Reader, w io.Writer, maxLine int) *Conn {
+	if maxLine <= 0 {
+		maxLine = DefaultMaxLineBytes
+	}
+	c := &Conn{
+		w:     w,
+		lines: make(chan line, 64),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	go c.read(r, maxLine)
+	return c
+}
+
+func (c *Conn) read(r io.Reader, maxLine int) {
+	defer close(c.done)
+	br := bufio.NewReaderSize(r, 64<<10)
+	var buf []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		var l line
+		complete := false
+		switch {
+		case err == nil:
+			complete = true
+		case errors.Is(err, bufio.ErrBufferFull):
+		default:
+			if len(frag) > 0 || len(buf) > 0 {
+				// A last line without a newline is still a line.
+				l.n = int64(len(buf) + len(frag))
+				if len(buf)+len(frag) <= maxLine {
+					l.b = append(append([]byte(nil), buf...), frag...)
+				} else {
+					l.oversize = true
+				}
+				c.send(l)
+			}
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			c.err = err
+			return
+		}
+		if len(buf)+len(frag) > maxLine {
+			// Drop the rest of an oversized line without holding it in memory.
+			n := int64(len(buf) + len(frag))
+			buf = buf[:0]
+			for !complete {
+				frag, err = br.ReadSlice('\n')
+				n += int64(len(frag))
+				if err == nil {
+					complete = true
+				} else if !errors.Is(err, bufio.ErrBufferFull) {
+					c.err = err
+					c.send(line{n: n, oversize: true})
+					return
+				}
+			}
+			if !c.send(line{n: n, oversize: true}) {
+				return
+			}
+			continue
+		}
+		buf = append(buf, frag...)
+		if !complete {
+			continue
+		}
+		l.n = int64(len(buf))
+		l.b = bytes.Clone(bytes.TrimSuffix(buf, []byte{'\n'}))
+		buf = buf[:0]
+		if !c.send(l) {
+			return
+		}
+	}
+}
+
+func (c *Conn) send(l line) bool {
+	select {
+	case c.lines <- l:
+		return true
+	case <-c.stop:
+		return false
+	}
+}
+
+// Close stops the reader goroutine from delivering further lines. It does not close the
+// underlying stream: the owner of the stream closes it, which ends a read in progress.
+// Close is safe to call more than once.
+func (c *Conn) Close() error {
+	c.stopped.Do(func() { close(c.stop) })
+	return nil
+}
+
+// Done is closed when the reader goroutine has returned.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// write sends one request line.
+func (c *Conn) write(req request) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode %s request: %w", req.Type, err)
+	}
+	b = append(b, '\n')
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if _, err := c.w.Write(b); err != nil {
+		return fmt.Errorf("write %s request: %w", req.Type, err)
+	}
+	return nil
+}
+
+// next returns the next line, or an error when ctx ends or the stream has ended.
+func (c *Conn) next(ctx context.Context) (line, error) {
+	select {
+	case l := <-c.lines:
+		return l, nil
+	default:
+	}
+	select {
+	case l := <-c.lines:
+		return l, nil
+	case <-c.done:
+		// The reader may have queued lines before it returned.
+		select {
+		case l := <-c.lines:
+			return l, nil
+		default:
+		}
+		return line{}, fmt.Errorf("%w: %v", ErrClosed, c.err)
+	case <-c.stop:
+		return line{}, ErrClosed
+	case <-ctx.Done():
+		return line{}, ctx.Err()
+	}
+}
+
+// await reads lines until one decodes to an event of type want, skipping all others.
+func (c *Conn) await(ctx context.Context, want string) (json.RawMessage, error) {
+	for {
+		l, err := c.next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if l.oversize {
+			continue
+		}
+		var head struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(l.b, &head) != nil || head.Type != want {
+			continue
+		}
+		return l.b, nil
+	}
+}
+
+// WaitReady waits for the harness's ready event, which it sends once at start.
+func (c *Conn) WaitReady(ctx context.Context) (Ready, error) {
+	b, err := c.await(ctx, EventReady)
+	if err != nil {
+		return Ready{}, fmt.Errorf("wait for harness ready: %w", err)
+	}
+	var r Ready
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Ready{}, fmt.Errorf("decode harness ready: %w", err)
+	}
+	return r, nil
+}
+
+// Ping checks that the harness answers.
+func (c *Conn) Ping(ctx context.Context) error {
+	if err := c.write(request{Type: "ping"}); err != nil {
+		return err
+	}
+	if _, err := c.await(ctx, EventPong); err != nil {
+		return fmt.Errorf("wait for harness pong: %w", err)
+	}
+	return nil
+}
+
+// Reset asks the harness to kill what earlier executions left and wipe the workspace
+// and temporary directory, and waits for reset_done.
+func (c *Conn) Reset(ctx context.Context) error {
+	if err := c.write(request{Type: "reset"}); err != nil {
+		return err
+	}
+	if _, err := c.await(ctx, EventResetDone); err != nil {
+		return fmt.Errorf("wait for harness reset_done: %w", err)
+	}
+	return nil
+}

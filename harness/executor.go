@@ -1,0 +1,345 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// ErrInvalidRequest wraps the reasons a Request is refused before it is sent.
+var ErrInvalidRequest = errors.New("harness: invalid request")
+
+// Request is one execution.
+type Request struct {
+	// ExecutionID identifies the execution; events of any other id are ignored. Required.
+	ExecutionID string
+	// Script is the Python source to run.
+	Script string
+	// Mode decides what counts as success; empty means ModePlan.
+	Mode Mode
+	// Timeout is the script's own limit; zero means DefaultTimeout. The host-side
+	// deadline is Timeout plus the Executor's Buffer.
+	Timeout time.Duration
+	// MaxOutputBytes caps the bytes of the event stream; zero means
+	// DefaultMaxOutputBytes. The harness cuts the script a little below it; reaching it
+	// on the host means the harness misbehaved.
+	MaxOutputBytes int64
+	// RequiredSecrets are environment variables that must be set; the script does not
+	// run if any is missing.
+	RequiredSecrets []string
+	// TraceParent and TraceState are W3C trace context, passed to the script's process
+	// as TRACEPARENT and TRACESTATE.
+	TraceParent, TraceState string
+}
+
+// Intermediate is a partial result sent by emit_intermediate.
+type Intermediate struct {
+	Label string          `json:"label"`
+	Data  json.RawMessage `json:"data"`
+}
+
+// Log is a message sent by emit_log.
+type Log struct {
+	Level   string `json:"level"`
+	Message string `json:"message"`
+}
+
+// Result is the outcome of one execution. A script's own failure is a Result with
+// Success false, never a Go error.
+type Result struct {
+	Success       bool            `json:"success"`
+	ExecutionID   string          `json:"execution_id"`
+	FinalData     json.RawMessage `json:"final_data,omitempty"`
+	Intermediates []Intermediate  `json:"intermediates,omitempty"`
+	Logs          []Log           `json:"logs,omitempty"`
+	Error         string          `json:"error,omitempty"`
+	ErrorKind     string          `json:"error_kind,omitempty"`
+	Traceback     string          `json:"traceback,omitempty"`
+	DurationMS    int64           `json:"duration_ms"`
+	OutputBytes   int64           `json:"output_bytes"`
+	// ExitCode and Signal describe how the script's process ended, as the harness saw it.
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	// Reusable reports that the harness ended the execution cleanly (script_done
+	// arrived within the limits), so its container may be reset and reused. False after
+	// a host-side limit, a closed stream, or a cancel the harness did not confirm.
+	Reusable bool `json:"-"`
+}
+
+// EventFunc receives each event of an execution in order, ending with exactly one
+// script_done; events the Executor makes up (a host-side timeout, a closed stream) come
+// the same way. Run waits for it to return before reading on. An error from it cancels
+// the execution and is returned by Run.
+type EventFunc func(ctx context.Context, ev Event) error
+
+// Executor runs requests over a Conn under limits. The zero value is ready to use.
+type Executor struct {
+	// Buffer is added to a request's timeout to give the host-side deadline; zero means
+	// DefaultBuffer.
+	Buffer time.Duration
+	// CancelGrace bounds the wait for script_done after a cancel; zero means
+	// DefaultCancelGrace.
+	CancelGrace time.Duration
+	// Logger receives skipped lines at debug level; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Run sends req to the harness behind c and collects its events until script_done, the
+// host-side deadline, the output limit, the end of the stream or the end of ctx (which
+// cancels the execution). It returns an error only for an invalid request or an error
+// from onEvent (which may be nil); every other outcome is in the Result.
+func (e *Executor) Run(ctx context.Context, c *Conn, req Request, onEvent EventFunc) (*Result, error) {
+	started := time.Now()
+	if req.ExecutionID == "" {
+		return nil, fmt.Errorf("%w: execution id is empty", ErrInvalidRequest)
+	}
+	switch req.Mode {
+	case "":
+		req.Mode = ModePlan
+	case ModePlan, ModeInteractive:
+	default:
+		return nil, fmt.Errorf("%w: mode %q is neither %q nor %q", ErrInvalidRequest, req.Mode, ModePlan, ModeInteractive)
+	}
+	if req.Timeout <= 0 {
+		req.Timeout = DefaultTimeout
+	}
+	if req.MaxOutputBytes <= 0 {
+		req.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	r := &run{
+		e:   e,
+		c:   c,
+		req: req,
+		on:  onEvent,
+		res: &Result{ExecutionID: req.ExecutionID},
+	}
+	err := r.run(ctx)
+	r.res.DurationMS = time.Since(started).Milliseconds()
+	r.finish()
+	return r.res, err
+}
+
+type run struct {
+	e   *Executor
+	c   *Conn
+	req Request
+	on  EventFunc
+	res *Result
+
+	gotResult bool
+	gotError  bool
+	done      bool
+}
+
+func (r *run) run(ctx context.Context) error {
+	buffer := r.e.Buffer
+	if buffer <= 0 {
+		buffer = DefaultBuffer
+	}
+	// wait ends at the host-side deadline or when the caller's ctx ends (a cancel).
+	wait, stopWait := context.WithTimeout(ctx, r.req.Timeout+buffer)
+	defer stopWait()
+
+	err := r.c.write(request{
+		Type:            "execute",
+		ExecutionID:     r.req.ExecutionID,
+		Script:          r.req.Script,
+		Timeout:         r.req.Timeout.Seconds(),
+		Mode:            r.req.Mode,
+		MaxOutputBytes:  r.req.MaxOutputBytes,
+		RequiredSecrets: r.req.RequiredSecrets,
+		TraceParent:     r.req.TraceParent,
+		TraceState:      r.req.TraceState,
+	})
+	if err != nil {
+		return r.fail(ctx, KindCrashed, ErrStdoutClosed)
+	}
+
+	for !r.done {
+		l, err := r.c.next(wait)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return r.cancel(ctx)
+		case wait.Err() != nil:
+			return r.fail(ctx, KindTimeout, "Timed out waiting for container response")
+		default:
+			return r.fail(ctx, KindCrashed, ErrStdoutClosed)
+		}
+		r.res.OutputBytes += l.n
+		if l.oversize || r.res.OutputBytes > r.req.MaxOutputBytes {
+			return r.fail(ctx, KindOutputLimit, fmt.Sprintf("Output limit exceeded: more than %d bytes", r.req.MaxOutputBytes))
+		}
+		ev, ok := r.decode(l.b)
+		if !ok {
+			continue
+		}
+		if err := r.deliver(ctx, ev); err != nil {
+			r.cancelAfterCallback(ctx)
+			return err
+		}
+	}
+	r.res.Reusable = true
+	return nil
+}
+
+func (r *run) decode(b []byte) (Event, bool) {
+	var ev Event
+	if err := json.Unmarshal(b, &ev); err != nil {
+		r.logger().Debug("harness: skipped a non-JSON line", "execution_id", r.req.ExecutionID, "line", truncate(b, 200))
+		return ev, false
+	}
+	if ev.ExecutionID != r.req.ExecutionID {
+		if ev.ExecutionID != "" {
+			r.logger().Debug("harness: skipped an event of another execution", "execution_id", r.req.ExecutionID, "other", ev.ExecutionID, "type", ev.Type)
+		}
+		return ev, false
+	}
+	return ev, true
+}
+
+// deliver folds ev into the result and passes it on.
+func (r *run) deliver(ctx context.Context, ev Event) error {
+	switch ev.Type {
+	case EventFinalResult:
+		if r.gotResult {
+			return nil
+		}
+		r.gotResult = true
+		r.res.FinalData = ev.Data
+		if r.res.FinalData == nil {
+			r.res.FinalData = json.RawMessage("null")
+		}
+	case EventIntermediate:
+		r.res.Intermediates = append(r.res.Intermediates, Intermediate{Label: ev.Label, Data: ev.Data})
+	case EventLog:
+		r.res.Logs = append(r.res.Logs, Log{Level: ev.Level, Message: ev.Message})
+	case EventError:
+		if r.gotError {
+			return nil
+		}
+		r.gotError = true
+		r.res.Error, r.res.ErrorKind, r.res.Traceback = ev.Error, ev.Kind, ev.Traceback
+		if r.res.ErrorKind == "" {
+			r.res.ErrorKind = KindScript
+		}
+	case EventScriptDone:
+		r.done = true
+		r.res.ExitCode, r.res.Signal = ev.ExitCode, ev.Signal
+		if r.req.Mode == ModePlan && !r.gotResult && !r.gotError {
+			// The harness reports this itself; this guards against one that does not.
+			if err := r.deliver(ctx, Event{Type: EventError, ExecutionID: r.req.ExecutionID, Kind: KindScript,
+				Error: "Script finished without calling emit_result() (plan mode requires a result)"}); err != nil {
+				return err
+			}
+		}
+	case EventStdout, EventStderr:
+	default:
+		return nil // not part of an execution's stream
+	}
+	if r.on == nil {
+		return nil
+	}
+	return r.on(ctx, ev)
+}
+
+// fail ends the run on a host-side condition: it reports an error and a script_done of
+// its own, and leaves Reusable false.
+func (r *run) fail(ctx context.Context, kind, msg string) error {
+	if err := r.deliver(ctx, Event{Type: EventError, ExecutionID: r.req.ExecutionID, Kind: kind, Error: msg}); err != nil {
+		return err
+	}
+	return r.deliver(ctx, Event{Type: EventScriptDone, ExecutionID: r.req.ExecutionID})
+}
+
+// cancel asks the harness to stop the execution and waits a grace period for its
+// script_done, relaying what arrives. The caller's ctx has ended; the callback still
+// gets a live context so that the outcome can be reported.
+func (r *run) cancel(ctx context.Context) error {
+	live := context.WithoutCancel(ctx)
+	if r.c.write(request{Type: "cancel", ExecutionID: r.req.ExecutionID}) != nil {
+		return r.fail(live, KindCancelled, "Execution cancelled")
+	}
+	grace := r.e.CancelGrace
+	if grace <= 0 {
+		grace = DefaultCancelGrace
+	}
+	wait, stop := context.WithTimeout(live, grace)
+	defer stop()
+	for !r.done {
+		l, err := r.c.next(wait)
+		if err != nil {
+			return r.fail(live, KindCancelled, "Execution cancelled")
+		}
+		r.res.OutputBytes += l.n
+		if l.oversize {
+			continue
+		}
+		ev, ok := r.decode(l.b)
+		if !ok {
+			continue
+		}
+		if err := r.deliver(live, ev); err != nil {
+			return err
+		}
+	}
+	r.res.Reusable = true
+	return nil
+}
+
+// cancelAfterCallback stops the harness's execution after the callback failed, without
+// reporting anything more: the caller has the callback's error.
+func (r *run) cancelAfterCallback(ctx context.Context) {
+	if r.done {
+		r.res.Reusable = true
+		return
+	}
+	if r.c.write(request{Type: "cancel", ExecutionID: r.req.ExecutionID}) != nil {
+		return
+	}
+	grace := r.e.CancelGrace
+	if grace <= 0 {
+		grace = DefaultCancelGrace
+	}
+	wait, stop := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer stop()
+	for {
+		l, err := r.c.next(wait)
+		if err != nil {
+			return
+		}
+		if ev, ok := r.decode(l.b); ok && ev.Type == EventScriptDone {
+			r.res.Reusable = true
+			return
+		}
+	}
+}
+
+// finish settles Success from what arrived.
+func (r *run) finish() {
+	switch {
+	case r.gotError:
+		r.res.Success = false
+	case r.req.Mode == ModePlan:
+		r.res.Success = r.gotResult
+	default:
+		r.res.Success = r.done
+	}
+}
+
+func (r *run) logger() *slog.Logger {
+	if r.e.Logger != nil {
+		return r.e.Logger
+	}
+	return slog.Default()
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}

@@ -1,0 +1,1055 @@
+#!/usr/bin/env python3
+"""jazzmine executor harness: the long-lived process inside every sandbox container.
+
+Protocol (one JSON object a line):
+  host -> harness on stdin:  execute, cancel, reset, ping
+  harness -> host on stdout: ready, intermediate, log, stdout, stderr, final_result,
+                             error, script_done, reset_done, pong
+
+The parent process (this one) never runs a script. Each execute runs in a forked child
+(a zygote forked ahead of the request) that starts its own session, so nothing a script
+does to modules, globals, threads, signal handlers or the working directory survives into
+the next execution. The parent is the only writer of the protocol stream: the child's
+events and output reach it through pipes and it stamps each with the execution id.
+
+Standard library only; Python 3.11+.
+"""
+
+import asyncio
+import codecs
+import ctypes
+import errno
+import fcntl
+import functools
+import gc
+import importlib.util
+import inspect
+import io
+import json
+import os
+import selectors
+import shutil
+import signal
+import stat
+import sys
+import threading
+import time
+import traceback
+
+HARNESS_VERSION = "1"
+
+# Seconds between SIGALRM (the script's own timeout) and the parent's SIGKILL of the
+# child's process group, for scripts that block or ignore the alarm or sit in C code.
+HARD_KILL_GRACE = 1.0
+
+# Bytes kept in reserve under max_output_bytes for the error and script_done lines that
+# end an execution, so that the host's own limit over the whole stream is never reached
+# by a well-behaved harness.
+OUTPUT_RESERVE = 4096
+
+# Largest stdout/stderr chunk emitted as one event.
+CHUNK_BYTES = 32 * 1024
+
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_MAX_OUTPUT = 1 << 20
+
+# Events a child may send; anything else from the child pipe is dropped.
+CHILD_EVENT_TYPES = ("intermediate", "log", "final_result", "error")
+
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _env_flag(name):
+    return os.environ.get(name, "") == "1"
+
+
+IN_CONTAINER = _env_flag("JAZZMINE_CONTAINER")
+TOOLS_DIR = os.environ.get("JAZZMINE_TOOLS_DIR", "/tools")
+
+
+def _scratch_dir(var, container_default):
+    """A directory the harness may wipe: set explicitly, or the default inside a container.
+
+    Outside a container an unset variable means "do not wipe": running the harness on a
+    developer's host must never empty that host's /tmp.
+    """
+    value = os.environ.get(var)
+    if value:
+        return value
+    return container_default if IN_CONTAINER else None
+
+
+WORKSPACE = _scratch_dir("JAZZMINE_WORKSPACE", "/workspace")
+TMPDIR = _scratch_dir("JAZZMINE_TMPDIR", "/tmp")
+
+
+# ---------------------------------------------------------------------------------------
+# Output to the host: the parent is the only writer.
+
+
+class _Out:
+    """Writes protocol lines to fd 1 and counts the bytes written."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.written = 0
+
+    def send(self, event):
+        line = (json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode(
+            "utf-8", "surrogatepass"
+        )
+        self.write(line)
+        return len(line)
+
+    def write(self, data):
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self.fd, view)
+            except InterruptedError:
+                continue
+            view = view[n:]
+        self.written += len(data)
+
+
+def _encoded_len(event):
+    return len(json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8", "surrogatepass")) + 1
+
+
+# ---------------------------------------------------------------------------------------
+# Tools.
+
+
+def _make_sync(fn):
+    """Wraps an async tool so that scripts call it as a plain function.
+
+    The coroutine runs on an event loop owned by a thread of the calling process; the loop
+    is created on first use in each child (threads do not survive fork).
+    """
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        loop = _tool_loop()
+        return asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), loop).result()
+
+    call.__jazzmine_async__ = True
+    return call
+
+
+_loop_state = {"pid": None, "loop": None}
+_loop_lock = threading.Lock()
+
+
+def _tool_loop():
+    with _loop_lock:
+        if _loop_state["pid"] != os.getpid():
+            loop = asyncio.new_event_loop()
+            t = threading.Thread(target=loop.run_forever, name="jazzmine-tool-loop", daemon=True)
+            t.start()
+            _loop_state.update(pid=os.getpid(), loop=loop)
+        return _loop_state["loop"]
+
+
+def load_tools(directory):
+    """Loads every *.py in directory. Returns (tools by name, errors)."""
+    tools, errors = {}, []
+    if not directory or not os.path.isdir(directory):
+        return tools, errors
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".py") or name.startswith("."):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            spec = importlib.util.spec_from_file_location("jazzmine_tools." + name[:-3], path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except BaseException as e:  # a tool's SystemExit must not stop the harness either
+            errors.append({"file": name, "error": "%s: %s" % (type(e).__name__, e), "traceback": traceback.format_exc()})
+            continue
+        for attr, value in vars(module).items():
+            if attr.startswith("_") or not inspect.isfunction(value):
+                continue
+            if getattr(value, "__code__", None) is None or value.__code__.co_filename != path:
+                continue  # imported into the tool file, not defined by it
+            tools[attr] = _make_sync(value) if inspect.iscoroutinefunction(value) else value
+    return tools, errors
+
+
+# ---------------------------------------------------------------------------------------
+# The child: runs one script.
+
+
+class ScriptTimeout(BaseException):
+    """Raised in the script by SIGALRM. A BaseException so `except Exception` won't eat it."""
+
+
+class _ChildIO:
+    """The child's end of the event pipe; serialises writes from the script's threads."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.lock = threading.Lock()
+        self.dumps = json.dumps  # captured before the script can replace json.dumps
+
+    def send(self, event):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()  # what the script printed before this event goes first
+            except Exception:
+                pass
+        line = (self.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "surrogatepass")
+        with self.lock:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self.fd, view):]
+
+
+def _json_ready(value, what):
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as e:
+        raise TypeError("%s must be JSON-serializable: %s" % (what, e)) from None
+    return value
+
+
+def _helpers(io_, mode):
+    state = {"result": False}
+
+    def emit_result(data=None):
+        """Returns data as the execution's final result. Call it once."""
+        if state["result"]:
+            raise RuntimeError("emit_result() may be called only once per execution")
+        _json_ready(data, "emit_result data")
+        state["result"] = True
+        io_.send({"type": "final_result", "data": data})
+
+    def emit_intermediate(label, data=None):
+        """Streams a partial result to the agent while the script runs."""
+        _json_ready(data, "emit_intermediate data")
+        io_.send({"type": "intermediate", "label": str(label), "data": data})
+
+    def emit_log(message, level="info"):
+        """Sends a diagnostic message without affecting the result."""
+        io_.send({"type": "log", "level": str(level), "message": str(message)})
+
+    return {"emit_result": emit_result, "emit_intermediate": emit_intermediate, "emit_log": emit_log}
+
+
+def _script_traceback(e):
+    """The traceback from the script's own frames on: the harness's are noise to its author."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != "<script>":
+        tb = tb.tb_next
+    if tb is None:  # a SyntaxError, raised by compile() before any script frame
+        return "".join(traceback.format_exception_only(type(e), e))
+    return "".join(traceback.format_exception(type(e), e, tb))
+
+
+def _on_alarm(signum, frame):
+    raise ScriptTimeout()
+
+
+def _fmt_seconds(t):
+    return "%gs" % t
+
+
+def _child_main(req_fd, ev_fd, out_fd, err_fd, tools):
+    """Runs in the forked child. Never returns."""
+    code = 0
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        for fd in (null, out_fd, err_fd):
+            if fd > 2:
+                os.close(fd)
+        sys.stdin = open(0, "r", closefd=False)
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=False)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(s, signal.SIG_DFL)
+        keep = {0, 1, 2, req_fd, ev_fd}
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) not in keep:
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass
+        io_ = _ChildIO(ev_fd)
+
+        # Warm up while waiting for the request: fault in the pages a run touches.
+        json.loads(json.dumps({"warm": [1, 2.5, "x", None, True]}))
+        exec(compile("x = [i for i in range(8)]", "<warm-up>", "exec"), {})
+
+        request = _read_request(req_fd)
+        os.close(req_fd)
+        code = _run_script(io_, request, tools)
+    except BaseException:  # noqa: the child must always exit through os._exit
+        try:
+            os.write(2, traceback.format_exc().encode())
+        except OSError:
+            pass
+        code = 70
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        os._exit(code)
+
+
+def _read_request(fd):
+    chunks = []
+    while True:
+        b = os.read(fd, 1 << 16)
+        if not b:
+            break
+        chunks.append(b)
+        if b.endswith(b"\n"):
+            break
+    return json.loads(b"".join(chunks))
+
+
+def _run_script(io_, req, tools):
+    timeout = float(req.get("timeout") or DEFAULT_TIMEOUT)
+    mode = req.get("mode") or "plan"
+    if WORKSPACE and os.path.isdir(WORKSPACE):
+        os.chdir(WORKSPACE)
+    if TMPDIR:
+        os.environ["TMPDIR"] = TMPDIR
+    for key in ("traceparent", "tracestate"):
+        if req.get(key):
+            os.environ[key.upper()] = req[key]
+    g = {"__name__": "__main__", "__builtins__": __builtins__}
+    g.update(tools)
+    g.update(_helpers(io_, mode))
+
+    signal.signal(signal.SIGALRM, _on_alarm)
+    try:
+        code = compile(req.get("script", ""), "<script>", "exec")
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            exec(code, g)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except ScriptTimeout:
+        io_.send({"type": "error", "kind": "timeout", "error": "Script timed out after %s" % _fmt_seconds(timeout)})
+    except SystemExit as e:
+        io_.send({"type": "error", "kind": "script", "error": "Script called sys.exit(%s)" % ("" if e.code is None else repr(e.code))})
+    except BaseException as e:
+        io_.send({"type": "error", "kind": "script", "error": "%s: %s" % (type(e).__name__, e), "traceback": _script_traceback(e)})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with io_.lock:
+        os.write(io_.fd, b'{"type":"_done"}\n')
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# The parent.
+
+
+class Child:
+    """A forked zygote, waiting for its request or running it."""
+
+    def __init__(self, pid, req_w, ev_r, out_r, err_r):
+        self.pid = pid
+        self.req_w = req_w
+        self.fds = {"event": ev_r, "stdout": out_r, "stderr": err_r}
+        self.pidfd = None
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pass
+        self.status = None  # waitpid status once reaped
+
+    def close(self):
+        for fd in [self.req_w, self.pidfd, *self.fds.values()]:
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.req_w = self.pidfd = None
+        self.fds = {}
+
+
+def _nonblock(fd):
+    fl = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fl | os.O_NONBLOCK)
+
+
+def _prctl(option, value):
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _wipe(directory):
+    """Removes everything inside directory, dotfiles too, without following links."""
+    if not directory or not os.path.isdir(directory):
+        return
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, onerror=_force_remove)
+            else:
+                os.unlink(entry.path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            try:
+                os.chmod(directory, stat.S_IRWXU)
+                os.unlink(entry.path)
+            except OSError:
+                pass
+
+
+def _force_remove(func, path, exc_info):
+    # A script may leave read-only directories behind; make them writable and retry.
+    try:
+        os.chmod(os.path.dirname(path), stat.S_IRWXU)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, stat.S_IRWXU)
+            shutil.rmtree(path, onerror=_ignore)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def _ignore(*_):
+    pass
+
+
+def _oom_kills():
+    """The cgroup's OOM-kill counter, or None where it cannot be read (v2, then v1)."""
+    for path, key in (("/sys/fs/cgroup/memory.events", "oom_kill"), ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill")):
+        try:
+            with open(path) as f:
+                for line in f:
+                    k, _, v = line.partition(" ")
+                    if k == key:
+                        return int(v)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _proc_pids():
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            pids.append(int(name))
+    return pids
+
+
+def _uid_of(pid):
+    # /proc/<pid> of a non-dumpable process is owned by root: read the real uid instead.
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _children():
+    """Our direct children (the parent is single-threaded: one task)."""
+    me = os.getpid()
+    try:
+        with open("/proc/%d/task/%d/children" % (me, me)) as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        pids = []
+        for pid in _proc_pids():
+            try:
+                with open("/proc/%d/stat" % pid, "rb") as f:
+                    data = f.read()
+                if int(data[data.rindex(b")") + 2 :].split()[1]) == me:
+                    pids.append(pid)
+            except (OSError, ValueError, IndexError):
+                continue
+        return pids
+
+
+class Harness:
+    def __init__(self, in_fd=0, out_fd=1):
+        self.in_fd = in_fd
+        self.out = _Out(out_fd)
+        self.inbuf = b""
+        self.pending = []  # requests read but not yet handled
+        self.tools = {}
+        self.tool_errors = []
+        self.warm = None  # the next child, forked ahead of its request
+        self.sel = selectors.DefaultSelector()
+        self.eof = False
+
+    # -- startup ----------------------------------------------------------------------
+
+    def start(self):
+        # Same-uid processes (a script's leftovers) may not ptrace us or open /proc/<pid>/mem
+        # or /proc/<pid>/fd; orphaned descendants are reparented to us, so reset finds them.
+        _prctl(PR_SET_DUMPABLE, 0)
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        self.tools, self.tool_errors = load_tools(TOOLS_DIR)
+        _nonblock(self.in_fd)
+        self.sel.register(self.in_fd, selectors.EVENT_READ, "stdin")
+        gc.collect()
+        gc.freeze()  # the children never touch the parent's objects' GC headers
+        self.warm = self._fork()
+        self.out.send(
+            {
+                "type": "ready",
+                "version": HARNESS_VERSION,
+                "python": sys.version.split()[0],
+                "pid": os.getpid(),
+                "tools": sorted(self.tools),
+                "tool_errors": self.tool_errors,
+            }
+        )
+
+    def _fork(self):
+        req_r, req_w = os.pipe()
+        ev_r, ev_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            for fd in (req_w, ev_r, out_r, err_r, self.in_fd):
+                os.close(fd)
+            self.sel = None
+            _child_main(req_r, ev_w, out_w, err_w, self.tools)
+        for fd in (req_r, ev_w, out_w, err_w):
+            os.close(fd)
+        for fd in (ev_r, out_r, err_r):
+            _nonblock(fd)
+        return Child(pid, req_w, ev_r, out_r, err_r)
+
+    # -- main loop --------------------------------------------------------------------
+
+    def serve(self):
+        self.start()
+        while not self.eof or self.pending:
+            req = self._next_request(None)
+            if req is None:
+                continue
+            self._handle(req)
+        self._kill_child(self.warm)
+        self.warm = None
+        self._kill_leftovers()
+
+    def _handle(self, req):
+        kind = req.get("type")
+        if kind == "execute":
+            self._execute(req)
+        elif kind == "reset":
+            self._reset()
+            self.out.send({"type": "reset_done"})
+            self.warm = self._fork()
+        elif kind == "ping":
+            self.out.send({"type": "pong", "version": HARNESS_VERSION})
+        elif kind == "cancel":
+            pass  # nothing is running: a late cancel is harmless
+        else:
+            self.out.send({"type": "log", "level": "warning", "message": "harness: unknown request type %r" % (kind,)})
+
+    def _read_stdin(self):
+        try:
+            data = os.read(self.in_fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not data:
+            self.eof = True
+            self.sel.unregister(self.in_fd)
+            return
+        self.inbuf += data
+        while b"\n" in self.inbuf:
+            line, self.inbuf = self.inbuf.split(b"\n", 1)
+            if not line.strip():
+                continue
+            try:
+                req = json.loads(line)
+                if not isinstance(req, dict):
+                    raise ValueError("not an object")
+            except ValueError as e:
+                self.out.send({"type": "log", "level": "warning", "message": "harness: ignored a malformed request: %s" % e})
+                continue
+            self.pending.append(req)
+
+    def _next_request(self, timeout):
+        if self.pending:
+            return self.pending.pop(0)
+        if self.eof:
+            return None
+        for key, _ in self.sel.select(timeout):
+            if key.data == "stdin":
+                self._read_stdin()
+        return self.pending.pop(0) if self.pending else None
+
+    # -- execute ----------------------------------------------------------------------
+
+    def _execute(self, req):
+        eid = str(req.get("execution_id") or "")
+        started = time.monotonic()
+        run = Run(self, eid, req)
+        missing = [k for k in (req.get("required_secrets") or []) if not os.environ.get(str(k))]
+        if missing:
+            run.emit({"type": "error", "kind": "missing_secrets", "error": "Missing required secrets: " + ", ".join(sorted(map(str, missing)))})
+            run.done(started, None)
+            return
+        child = self.warm
+        self.warm = None
+        if child is None or not self._dispatch(child, req):
+            self._kill_child(child)
+            child = self._fork()
+            if not self._dispatch(child, req):
+                run.emit({"type": "error", "kind": "crashed", "error": "harness could not start the script process"})
+                self._kill_child(child)
+                run.done(started, None)
+                self.warm = self._fork()
+                return
+        run.supervise(child)
+        run.done(started, child)
+        self._after_execution(child)
+        self.warm = self._fork()
+
+    def _dispatch(self, child, req):
+        payload = {
+            "script": req.get("script", ""),
+            "timeout": req.get("timeout"),
+            "mode": req.get("mode"),
+            "traceparent": req.get("traceparent"),
+            "tracestate": req.get("tracestate"),
+        }
+        data = (json.dumps(payload) + "\n").encode()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(child.req_w, view):]
+            os.close(child.req_w)
+            child.req_w = None
+            return True
+        except OSError:
+            return False
+
+    def _after_execution(self, child):
+        self._kill_group(child.pid)
+        child.close()
+        self._reap()
+        self._kill_descendants()
+        _wipe(WORKSPACE)
+        _wipe(TMPDIR)
+
+    def _kill_group(self, pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def _kill_child(self, child):
+        if child is None:
+            return
+        self._kill_group(child.pid)
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        child.close()
+        self._reap(child.pid)
+
+    def _reap(self, wait_for=None):
+        if wait_for is not None:
+            try:
+                os.waitpid(wait_for, 0)
+            except ChildProcessError:
+                pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    # -- reset ------------------------------------------------------------------------
+
+    def _reset(self):
+        self._kill_child(self.warm)
+        self.warm = None
+        self._kill_leftovers()
+        _wipe(WORKSPACE)
+        _wipe(TMPDIR)
+
+    def _kill_leftovers(self):
+        me = os.getpid()
+        for _ in range(100):
+            if IN_CONTAINER:
+                # Every other process of the PID namespace but us and PID 1: catches a
+                # script's setsid double fork, which leaves every group we know of.
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except OSError:
+                    pass
+                others = [p for p in _proc_pids() if p not in (1, me) and _uid_of(p) == os.getuid()]
+                self._reap()
+                if not [p for p in others if not _is_zombie(p)]:
+                    return
+                time.sleep(0.002)
+            else:
+                self._kill_descendants()
+                return
+
+    def _kill_descendants(self):
+        """Kills what earlier children left behind: with PR_SET_CHILD_SUBREAPER every
+        orphaned descendant (a setsid double fork included) is reparented to us."""
+        for _ in range(100):
+            children = [p for p in _children() if self.warm is None or p != self.warm.pid]
+            live = [p for p in children if not _is_zombie(p)]
+            for p in live:
+                self._kill_group(p)
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+            self._reap()
+            if not live:
+                return
+
+
+def _is_zombie(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            data = f.read()
+        return data[data.rindex(b")") + 2 : data.rindex(b")") + 3] == b"Z"
+    except (OSError, ValueError):
+        return True
+
+
+class Run:
+    """One execution as the parent sees it: relays the child's events and output."""
+
+    def __init__(self, harness, eid, req):
+        self.h = harness
+        self.eid = eid
+        self.mode = req.get("mode") or "plan"
+        self.timeout = float(req.get("timeout") or DEFAULT_TIMEOUT)
+        limit = int(req.get("max_output_bytes") or DEFAULT_MAX_OUTPUT)
+        self.budget = max(limit - OUTPUT_RESERVE, 0)
+        self.start_written = harness.out.written
+        self.decoders = {
+            "stdout": codecs.getincrementaldecoder("utf-8")(errors="replace"),
+            "stderr": codecs.getincrementaldecoder("utf-8")(errors="replace"),
+        }
+        self.evbuf = b""
+        self.result = False
+        self.error = False
+        self.finished = False  # the child said it is done
+        self.killed = None  # why the parent killed the child: timeout, cancelled, output_limit
+        self.over_limit = False
+        self.exit_code = None
+        self.signal = None
+
+    # -- output accounting ---------------------------------------------------------------
+
+    def used(self):
+        return self.h.out.written - self.start_written
+
+    def emit(self, event):
+        event["execution_id"] = self.eid
+        if event["type"] == "final_result":
+            self.result = True
+        if event["type"] == "error":
+            self.error = True
+        self.h.out.send(event)
+
+    def emit_limited(self, event):
+        """Emits a script-produced event unless it would pass the output budget."""
+        if self.over_limit:
+            return False
+        event["execution_id"] = self.eid
+        if self.used() + _encoded_len(event) > self.budget:
+            self.over_limit = True
+            return False
+        self.emit(event)
+        return True
+
+    def emit_text(self, stream, text):
+        while text and not self.over_limit:
+            piece = text[:CHUNK_BYTES]
+            room = self.budget - self.used()
+            if _encoded_len({"type": stream, "execution_id": self.eid, "text": piece}) > room:
+                # Emit the longest prefix that fits, then stop the script.
+                lo, hi = 0, len(piece)
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if _encoded_len({"type": stream, "execution_id": self.eid, "text": piece[:mid]}) <= room:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                if lo > 0:
+                    self.emit({"type": stream, "text": piece[:lo]})
+                self.over_limit = True
+                return
+            self.emit({"type": stream, "text": piece})
+            text = text[len(piece):]
+
+    # -- supervision ---------------------------------------------------------------------
+
+    def supervise(self, child):
+        h = self.h
+        sel = selectors.DefaultSelector()
+        for name, fd in child.fds.items():
+            sel.register(fd, selectors.EVENT_READ, name)
+        if child.pidfd is not None:
+            sel.register(child.pidfd, selectors.EVENT_READ, "exit")
+        if not h.eof:
+            sel.register(h.in_fd, selectors.EVENT_READ, "stdin")
+        oom_before = _oom_kills()
+        started = time.monotonic()
+        soft = started + self.timeout
+        hard = soft + HARD_KILL_GRACE
+        exited = False
+        try:
+            while not self.finished and not exited and self.killed is None:
+                wait = hard - time.monotonic()
+                if wait <= 0:
+                    self.killed = "timeout"
+                    break
+                for key, _ in sel.select(min(wait, 0.25) if child.pidfd is None else wait):
+                    what = key.data
+                    if what == "stdin":
+                        self._stdin(sel)
+                    elif what == "exit":
+                        exited = True
+                    elif what == "event":
+                        self._drain_text(child)  # output written before the event comes first
+                        self._read_events(child)
+                    else:
+                        self._read_text(child, what)
+                if child.pidfd is None and not exited:
+                    exited = self._poll_exit(child)
+                if self.over_limit and self.killed is None:
+                    self.killed = "output_limit"
+            if self.killed is not None or exited or self.finished:
+                # Stop everything of this execution, then relay what was already written.
+                self.h._kill_group(child.pid)
+                try:
+                    os.kill(child.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                self._drain_text(child)
+                self._read_events(child)
+                self._drain_text(child)
+        finally:
+            sel.close()
+        status = self._wait(child)
+        self._conclude(child, status, oom_before)
+
+    def _stdin(self, sel):
+        h = self.h
+        h._read_stdin()
+        if h.eof:
+            try:
+                sel.unregister(h.in_fd)
+            except (KeyError, ValueError):
+                pass
+        keep = []
+        for req in h.pending:
+            kind = req.get("type")
+            if kind == "cancel":
+                if str(req.get("execution_id") or "") == self.eid and self.killed is None:
+                    self.killed = "cancelled"
+            elif kind == "ping":
+                h.out.send({"type": "pong", "version": HARNESS_VERSION})
+            elif kind == "reset":
+                if self.killed is None:
+                    self.killed = "cancelled"
+                keep.append(req)
+            elif kind == "execute":
+                other = str(req.get("execution_id") or "")
+                h.out.send({"type": "error", "execution_id": other, "kind": "infrastructure", "error": "harness is busy with execution %s" % self.eid})
+                h.out.send({"type": "script_done", "execution_id": other, "exit_code": None, "signal": None, "duration_ms": 0})
+            else:
+                keep.append(req)
+        h.pending[:] = keep
+
+    def _read_text(self, child, stream):
+        fd = child.fds.get(stream)
+        if fd is None:
+            return
+        while True:
+            try:
+                data = os.read(fd, CHUNK_BYTES)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            if not data:
+                self._close_fd(child, stream)
+                return
+            text = self.decoders[stream].decode(data)
+            if text:
+                self.emit_text(stream, text)
+            if len(data) < CHUNK_BYTES or self.over_limit:
+                return
+
+    def _drain_text(self, child):
+        for stream in ("stdout", "stderr"):
+            for _ in range(64):  # bounded: a grandchild may keep writing
+                before = self.used()
+                self._read_text(child, stream)
+                if self.used() == before or self.over_limit:
+                    break
+
+    def _close_fd(self, child, name):
+        fd = child.fds.pop(name, None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _read_events(self, child):
+        fd = child.fds.get("event")
+        if fd is None:
+            return
+        while True:
+            try:
+                data = os.read(fd, 1 << 16)
+            except (BlockingIOError, OSError):
+                break
+            if not data:
+                self._close_fd(child, "event")
+                break
+            self.evbuf += data
+        while b"\n" in self.evbuf:
+            line, self.evbuf = self.evbuf.split(b"\n", 1)
+            self._child_event(line)
+
+    def _child_event(self, line):
+        try:
+            ev = json.loads(line)
+            kind = ev.get("type")
+        except (ValueError, AttributeError):
+            self.emit_limited({"type": "log", "level": "warning", "message": "harness: dropped a malformed event line from the script"})
+            return
+        if kind == "_done":
+            self.finished = True
+            return
+        if kind not in CHILD_EVENT_TYPES:
+            self.emit_limited({"type": "log", "level": "warning", "message": "harness: dropped an event of unknown type %r from the script" % (kind,)})
+            return
+        clean = {"type": kind}
+        if kind in ("intermediate", "final_result"):
+            clean["data"] = ev.get("data")
+            if kind == "intermediate":
+                clean["label"] = str(ev.get("label", ""))
+        elif kind == "log":
+            clean["level"] = str(ev.get("level", "info"))
+            clean["message"] = str(ev.get("message", ""))
+        else:
+            clean["kind"] = str(ev.get("kind") or "script")
+            clean["error"] = str(ev.get("error", ""))
+            if ev.get("traceback"):
+                clean["traceback"] = str(ev["traceback"])
+        if kind in ("final_result", "error") and (self.result or self.error):
+            return  # one terminal event per execution
+        self.emit_limited(clean)
+
+    def _poll_exit(self, child):
+        try:
+            pid, status = os.waitpid(child.pid, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == child.pid:
+            child.status = status
+            return True
+        return False
+
+    def _wait(self, child):
+        if child.status is not None:
+            return child.status
+        try:
+            _, status = os.waitpid(child.pid, 0)
+        except ChildProcessError:
+            status = None
+        child.status = status
+        return status
+
+    def _conclude(self, child, status, oom_before):
+        code = sig = None
+        if self.finished and self.killed is None:
+            status = 0  # it said it was done; we killed what it left behind
+        for stream, dec in self.decoders.items():
+            tail = dec.decode(b"", final=True)
+            if tail:
+                self.emit_text(stream, tail)
+        if status is not None:
+            if os.WIFEXITED(status):
+                code = os.WEXITSTATUS(status)
+            elif os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+        self.exit_code, self.signal = code, sig
+        if self.killed == "timeout" and not self.error:
+            self.emit({"type": "error", "kind": "timeout", "error": "Script timed out after %s" % _fmt_seconds(self.timeout)})
+        elif self.killed == "cancelled" and not self.error:
+            self.emit({"type": "error", "kind": "cancelled", "error": "Execution cancelled"})
+        elif self.killed == "output_limit" and not self.error:
+            limit = self.budget + OUTPUT_RESERVE
+            self.emit({"type": "error", "kind": "output_limit", "error": "Output limit exceeded: the script wrote more than %d bytes" % limit})
+        elif not self.finished and not self.error:
+            # The child ended without saying it was done: os._exit, a signal, OOM.
+            if sig is not None:
+                oom_after = _oom_kills()
+                if sig == signal.SIGKILL and oom_before is not None and oom_after is not None and oom_after > oom_before:
+                    self.emit({"type": "error", "kind": "oom", "error": "Script was killed: out of memory"})
+                else:
+                    self.emit({"type": "error", "kind": "crashed", "error": "Script process was killed by signal %s" % _signame(sig)})
+            elif self.mode == "plan" and not self.result:
+                self.emit({"type": "error", "kind": "script", "error": "Script process exited with code %s before calling emit_result()" % code})
+            elif code:
+                self.emit({"type": "error", "kind": "script", "error": "Script process exited with code %s" % code})
+        elif self.finished and not self.error and not self.result and self.mode == "plan":
+            self.emit({"type": "error", "kind": "script", "error": "Script finished without calling emit_result() (plan mode requires a result)"})
+
+    def done(self, started, child):
+        ev = {
+            "type": "script_done",
+            "execution_id": self.eid,
+            "exit_code": self.exit_code,
+            "signal": _signame(self.signal) if self.signal else None,
+            "duration_ms": round((time.monotonic() - started) * 1000, 3),
+        }
+        self.h.out.send(ev)
+
+
+def _signame(sig):
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return str(sig)
+
+
+def main():
+    try:
+        Harness().serve()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+package harness
+
+import (
+	_ "embed"
+	"encoding/json"
+	"time"
+)
+
+// Script is the source of executor_harness.py, the process that runs inside every
+// sandbox container. Image builds copy it into the image; StartProcess runs it under a
+// local python3.
+//
+//go:embed executor_harness.py
+var Script []byte
+
+// Version is the protocol version the embedded harness announces in its ready event.
+const Version = "1"
+
+// Defaults of an execution, used where a Request leaves a field zero.
+const (
+	// DefaultTimeout is the script's own time limit (SIGALRM in the harness).
+	DefaultTimeout = 30 * time.Second
+	// DefaultBuffer is added to the timeout to give the host-side deadline.
+	DefaultBuffer = 5 * time.Second
+	// DefaultMaxOutputBytes caps the bytes of the event stream of one execution.
+	DefaultMaxOutputBytes = 1 << 20
+	// DefaultCancelGrace is how long a cancelled execution may take to end before the
+	// harness is considered unusable.
+	DefaultCancelGrace = 2 * time.Second
+	// DefaultMaxLineBytes caps one protocol line; a longer line is dropped and ends the
+	// execution as an output-limit failure.
+	DefaultMaxLineBytes = 16 << 20
+)
+
+// Mode decides what counts as success.
+type Mode string
+
+const (
+	// ModePlan needs emit_result(): a script that ends without it fails.
+	ModePlan Mode = "plan"
+	// ModeInteractive succeeds without a result unless the script fails.
+	ModeInteractive Mode = "interactive"
+)
+
+// Event types of the harness protocol (harness to host).
+const (
+	EventReady        = "ready"
+	EventIntermediate = "intermediate"
+	EventLog          = "log"
+	EventStdout       = "stdout"
+	EventStderr       = "stderr"
+	EventFinalResult  = "final_result"
+	EventError        = "error"
+	EventScriptDone   = "script_done"
+	EventResetDone    = "reset_done"
+	EventPong         = "pong"
+)
+
+// Error kinds carried by error events and results.
+const (
+	KindScript         = "script"
+	KindTimeout        = "timeout"
+	KindOutputLimit    = "output_limit"
+	KindCrashed        = "crashed"
+	KindOOM            = "oom"
+	KindCancelled      = "cancelled"
+	KindMissingSecrets = "missing_secrets"
+	KindInfrastructure = "infrastructure"
+)
+
+// ErrStdoutClosed is the error text of an execution whose harness stream ended.
+const ErrStdoutClosed = "Container stdout closed unexpectedly"
+
+// Event is one line of the harness protocol, harness to host. Which fields are set
+// depends on Type; Data is passed through as raw JSON.
+type Event struct {
+	Type        string          `json:"type"`
+	ExecutionID string          `json:"execution_id,omitempty"`
+	Label       string          `json:"label,omitempty"`
+	Data        json.RawMessage `json:"data,omitempty"`
+	Level       string          `json:"level,omitempty"`
+	Message     string          `json:"message,omitempty"`
+	Text        string          `json:"text,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	Traceback   string          `json:"traceback,omitempty"`
+	Kind        string          `json:"kind,omitempty"`
+	ExitCode    *int            `json:"exit_code,omitempty"`
+	Signal      string          `json:"signal,omitempty"`
+	DurationMS  float64         `json:"duration_ms,omitempty"`
+}
+
+// Ready is the harness's first event: what it loaded.
+type Ready struct {
+	Version    string      `json:"version"`
+	Python     string      `json:"python"`
+	PID        int         `json:"pid"`
+	Tools      []string    `json:"tools"`
+	ToolErrors []ToolError `json:"tool_errors"`
+}
+
+// ToolError is a tool file that failed to load.
+type ToolError struct {
+	File      string `json:"file"`
+	Error     string `json:"error"`
+	Traceback string `json:"traceback"`
+}
+
+// request is one line host to harness.
+type request struct {
+	Type            string   `json:"type"`
+	ExecutionID     string   `json:"execution_id,omitempty"`
+	Script          string   `json:"script,omitempty"`
+	Timeout         float64  `json:"timeout,omitempty"`
+	Mode            Mode     `json:"mode,omitempty"`
+	MaxOutputBytes  int64    `json:"max_output_bytes,omitempty"`
+	RequiredSecrets []string `json:"required_secrets,omitempty"`
+	TraceParent     string   `json:"traceparent,omitempty"`
+	TraceState      string   `json:"tracestate,omitempty"`
+}

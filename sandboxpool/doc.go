@@ -1,0 +1,7 @@
+// Package sandboxpool owns the Docker containers of each sandbox: spawning,
+// attaching, the ready handshake, the warm idle queue, checkout and return,
+// overflow, recycling, health checks, reaping of orphans and shutdown.
+//
+// It knows Docker but not NATS. It does not build images (see imagebuild) and
+// does not interpret executions (see harness).
+package sandboxpool
