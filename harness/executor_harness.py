@@ -280,9 +280,11 @@ def _child_main(req_fd, ev_fd, out_fd, err_fd, tools):
                     pass
         io_ = _ChildIO(ev_fd)
 
-        # Warm up while waiting for the request: fault in the pages a run touches.
-        json.loads(json.dumps({"warm": [1, 2.5, "x", None, True]}))
-        exec(compile("x = [i for i in range(8)]", "<warm-up>", "exec"), {})
+        # Warm up while waiting for the request: a dry run through the same code faults
+        # in the copy-on-write pages that a real run touches, off the critical path.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        _run_script(_ChildIO(devnull), json.loads(_WARM_UP_REQUEST), tools)
+        os.close(devnull)
 
         request = _read_request(req_fd)
         os.close(req_fd)
@@ -300,6 +302,11 @@ def _child_main(req_fd, ev_fd, out_fd, err_fd, tools):
         except BaseException:
             pass
         os._exit(code)
+
+
+_WARM_UP_REQUEST = json.dumps(
+    {"type": "execute", "execution_id": "warm-up", "script": "emit_log('x')\nemit_result({'a': [1, 2.5, 'x', None]})", "timeout": 30, "mode": "plan"}
+)
 
 
 def _read_request(fd):
@@ -649,6 +656,8 @@ class Harness:
     def _after_execution(self, child):
         self._kill_group(child.pid)
         child.close()
+        if child.status is None:
+            self._reap(child.pid)
         self._reap()
         self._kill_descendants()
         _wipe(WORKSPACE)
@@ -823,6 +832,7 @@ class Run:
         soft = started + self.timeout
         hard = soft + HARD_KILL_GRACE
         exited = False
+        self._during_run()  # requests that arrived together with the execute
         try:
             while not self.finished and not exited and self.killed is None:
                 wait = hard - time.monotonic()
@@ -856,7 +866,9 @@ class Run:
                 self._drain_text(child)
         finally:
             sel.close()
-        status = self._wait(child)
+        # A child that said it was done exited 0 as far as the script is concerned; it is
+        # reaped after script_done, off the critical path.
+        status = 0 if self.finished and self.killed is None else self._wait(child)
         self._conclude(child, status, oom_before)
 
     def _stdin(self, sel):
@@ -867,6 +879,11 @@ class Run:
                 sel.unregister(h.in_fd)
             except (KeyError, ValueError):
                 pass
+        self._during_run()
+
+    def _during_run(self):
+        """Answers what may be answered while a script runs; keeps the rest for later."""
+        h = self.h
         keep = []
         for req in h.pending:
             kind = req.get("type")
@@ -966,8 +983,8 @@ class Run:
             clean["error"] = str(ev.get("error", ""))
             if ev.get("traceback"):
                 clean["traceback"] = str(ev["traceback"])
-        if kind in ("final_result", "error") and (self.result or self.error):
-            return  # one terminal event per execution
+        if kind == "final_result" and self.result or kind == "error" and self.error:
+            return  # one result and one error per execution
         self.emit_limited(clean)
 
     def _poll_exit(self, child):
@@ -992,8 +1009,6 @@ class Run:
 
     def _conclude(self, child, status, oom_before):
         code = sig = None
-        if self.finished and self.killed is None:
-            status = 0  # it said it was done; we killed what it left behind
         for stream, dec in self.decoders.items():
             tail = dec.decode(b"", final=True)
             if tail:

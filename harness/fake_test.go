@@ -1,0 +1,173 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeHarness is a scripted peer for the executor's own rules: what it does with lines
+// that are not its execution's, and its host-side limits. The real harness is tested
+// in executor_test.go.
+type fakeHarness struct {
+	conn     *Conn
+	out      *io.PipeWriter // what the fake "prints"
+	requests chan map[string]any
+}
+
+func newFake(t *testing.T, maxLine int) *fakeHarness {
+	t.Helper()
+	outR, outW := io.Pipe()
+	inR, inW := io.Pipe()
+	f := &fakeHarness{out: outW, requests: make(chan map[string]any, 16)}
+	f.conn = NewConn(outR, inW, maxLine)
+	go func() {
+		sc := bufio.NewScanner(inR)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				f.requests <- m
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		f.conn.Close()
+		outW.Close()
+		inR.Close()
+		<-f.conn.Done()
+	})
+	return f
+}
+
+func (f *fakeHarness) say(lines ...string) {
+	for _, l := range lines {
+		io.WriteString(f.out, l+"\n")
+	}
+}
+
+func TestExecutorSkipsForeignAndMalformedLines(t *testing.T) {
+	f := newFake(t, 0)
+	go func() {
+		<-f.requests
+		f.say(
+			`{"type":"final_result","execution_id":"old","data":"stale"}`,
+			`{"type":"script_done","execution_id":"old"}`,
+			`this is not json`,
+			`{"type":"pong"}`,
+			`{"type":"intermediate","execution_id":"now","label":"l","data":[1]}`,
+			`{"type":"final_result","execution_id":"now","data":{"ok":true}}`,
+			`{"type":"script_done","execution_id":"now","exit_code":0}`,
+		)
+	}()
+	rec := &recorder{}
+	var e Executor
+	res, err := e.Run(context.Background(), f.conn, Request{ExecutionID: "now", Script: "x"}, rec.on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Success || string(res.FinalData) != `{"ok":true}` || !res.Reusable {
+		t.Errorf("result = %+v", res)
+	}
+	if got := rec.types(); !slices.Equal(got, []string{EventIntermediate, EventFinalResult, EventScriptDone}) {
+		t.Errorf("events = %v, want only this execution's", got)
+	}
+}
+
+func TestExecutorTimesOutOnASilentHarness(t *testing.T) {
+	f := newFake(t, 0)
+	rec := &recorder{}
+	e := Executor{Buffer: 50 * time.Millisecond}
+	res, err := e.Run(context.Background(), f.conn, Request{ExecutionID: "quiet", Script: "x", Timeout: 50 * time.Millisecond}, rec.on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Success || res.ErrorKind != KindTimeout || res.Error != "Timed out waiting for container response" || res.Reusable {
+		t.Errorf("result = %+v", res)
+	}
+	if got := rec.types(); !slices.Equal(got, []string{EventError, EventScriptDone}) {
+		t.Errorf("events = %v", got)
+	}
+}
+
+func TestExecutorEnforcesTheOutputLimitOnTheStream(t *testing.T) {
+	f := newFake(t, 0)
+	go func() {
+		<-f.requests
+		chunk := `{"type":"stdout","execution_id":"flood","text":"` + strings.Repeat("x", 1000) + `"}`
+		for range 100 {
+			f.say(chunk)
+		}
+	}()
+	var e Executor
+	res, err := e.Run(context.Background(), f.conn, Request{ExecutionID: "flood", Script: "x", MaxOutputBytes: 10_000}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ErrorKind != KindOutputLimit || res.Reusable || res.OutputBytes <= 10_000 || res.OutputBytes > 12_000 {
+		t.Errorf("result: kind=%q reusable=%v output=%d, want output_limit just past 10000 bytes", res.ErrorKind, res.Reusable, res.OutputBytes)
+	}
+}
+
+func TestExecutorDropsAnOversizedLine(t *testing.T) {
+	f := newFake(t, 4096)
+	go func() {
+		<-f.requests
+		f.say(`{"type":"final_result","execution_id":"big","data":"` + strings.Repeat("y", 100_000) + `"}`)
+	}()
+	var e Executor
+	res, err := e.Run(context.Background(), f.conn, Request{ExecutionID: "big", Script: "x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ErrorKind != KindOutputLimit || res.FinalData != nil {
+		t.Errorf("result: kind=%q data=%d bytes, want output_limit and no data", res.ErrorKind, len(res.FinalData))
+	}
+}
+
+func TestExecutorReportsAClosedStream(t *testing.T) {
+	f := newFake(t, 0)
+	go func() {
+		<-f.requests
+		f.say(`{"type":"stdout","execution_id":"eof","text":"partial"}`)
+		f.out.Close()
+	}()
+	rec := &recorder{}
+	var e Executor
+	res, err := e.Run(context.Background(), f.conn, Request{ExecutionID: "eof", Script: "x"}, rec.on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Error != ErrStdoutClosed || res.ErrorKind != KindCrashed || res.Reusable {
+		t.Errorf("result = %+v", res)
+	}
+	if got := rec.types(); !slices.Equal(got, []string{EventStdout, EventError, EventScriptDone}) {
+		t.Errorf("events = %v", got)
+	}
+	if _, err := (&Executor{}).Run(context.Background(), f.conn, Request{ExecutionID: "next", Script: "x"}, nil); err != nil {
+		t.Errorf("a run on a closed stream should be a result, not an error: %v", err)
+	}
+}
+
+func TestExecutorCancelsWithoutConfirmation(t *testing.T) {
+	f := newFake(t, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-f.requests // execute
+		cancel()
+		<-f.requests // cancel: the fake never confirms
+	}()
+	e := Executor{CancelGrace: 50 * time.Millisecond}
+	res, err := e.Run(ctx, f.conn, Request{ExecutionID: "c", Script: "x"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ErrorKind != KindCancelled || res.Reusable {
+		t.Errorf("result: kind=%q reusable=%v, want cancelled, not reusable", res.ErrorKind, res.Reusable)
+	}
+}
