@@ -1,0 +1,215 @@
+package sandboxpool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jazzmine/worker/harness"
+)
+
+// Defaults, used where a field is zero (see each field for what zero means).
+const (
+	DefaultMaxUses        = 50
+	DefaultIdleTimeout    = 10 * time.Minute
+	DefaultReadyTimeout   = 30 * time.Second
+	DefaultResetTimeout   = 5 * time.Second
+	DefaultHealthInterval = 30 * time.Second
+	DefaultMemoryBytes    = 512 << 20
+	DefaultNanoCPUs       = 1_000_000_000
+	DefaultPIDs           = 128
+	DefaultTmpfsBytes     = 64 << 20
+	// DefaultUser is the image's non-root user the harness runs as.
+	DefaultUser = "sandbox"
+)
+
+// Labels put on every container the pool creates.
+const (
+	LabelManaged  = "jazzmine.managed"
+	LabelWorker   = "jazzmine.worker"
+	LabelSandbox  = "jazzmine.sandbox"
+	LabelChecksum = "jazzmine.checksum"
+)
+
+// Sentinel errors.
+var (
+	// ErrUnknownSandbox is returned by Checkout for a sandbox the pool was not given.
+	ErrUnknownSandbox = errors.New("sandboxpool: unknown sandbox")
+	// ErrClosed is returned by Checkout once Close has begun.
+	ErrClosed = errors.New("sandboxpool: pool closed")
+)
+
+// Mount is a bind mount into a sandbox's containers.
+type Mount struct {
+	// Source is the path as the worker sees it; it is translated through the pool's
+	// HostPathMap before Docker sees it.
+	Source string
+	// Target is the absolute path inside the container.
+	Target string
+	// ReadOnly mounts it read-only.
+	ReadOnly bool
+}
+
+// Sandbox describes the containers of one sandbox.
+type Sandbox struct {
+	// Name identifies the sandbox; required.
+	Name string
+	// Image is the image reference to run; required.
+	Image string
+	// Checksum labels the containers (jazzmine.checksum); may be empty.
+	Checksum string
+	// Env are plain environment variables.
+	Env map[string]string
+	// Secrets are environment variables resolved at spawn from Config.Secrets, then the
+	// worker's environment; one found in neither is left unset (an execution that
+	// requires it fails with missing_secrets).
+	Secrets []string
+	// Runtime is an OCI runtime such as runsc; empty means Docker's default.
+	Runtime string
+	// MemoryBytes limits memory, with no swap; zero means DefaultMemoryBytes.
+	MemoryBytes int64
+	// NanoCPUs limits CPU in billionths of a CPU; zero means DefaultNanoCPUs.
+	NanoCPUs int64
+	// PIDs limits processes; zero means DefaultPIDs.
+	PIDs int64
+	// WorkspaceBytes and TmpBytes size the tmpfs at /workspace and /tmp; zero means
+	// DefaultTmpfsBytes.
+	WorkspaceBytes, TmpBytes int64
+	// Network is the Docker network to join; empty means none (no network at all).
+	Network string
+	// Mounts are bind mounts.
+	Mounts []Mount
+	// PoolSize is how many containers are kept warm; zero means none (all on demand).
+	PoolSize int
+	// MaxOverflow is how many containers may run above PoolSize; zero means none.
+	// PoolSize+MaxOverflow must be at least 1.
+	MaxOverflow int
+	// MaxUses retires a container after that many executions; zero means
+	// DefaultMaxUses.
+	MaxUses int
+	// IdleTimeout removes idle containers above PoolSize; zero means
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// ReadyTimeout bounds the wait for the harness's ready line; zero means
+	// DefaultReadyTimeout.
+	ReadyTimeout time.Duration
+}
+
+// capacity is the most containers the sandbox may have at once.
+func (s *Sandbox) capacity() int { return s.PoolSize + s.MaxOverflow }
+
+func (s *Sandbox) setDefaults() {
+	if s.MemoryBytes == 0 {
+		s.MemoryBytes = DefaultMemoryBytes
+	}
+	if s.NanoCPUs == 0 {
+		s.NanoCPUs = DefaultNanoCPUs
+	}
+	if s.PIDs == 0 {
+		s.PIDs = DefaultPIDs
+	}
+	if s.WorkspaceBytes == 0 {
+		s.WorkspaceBytes = DefaultTmpfsBytes
+	}
+	if s.TmpBytes == 0 {
+		s.TmpBytes = DefaultTmpfsBytes
+	}
+	if s.MaxUses == 0 {
+		s.MaxUses = DefaultMaxUses
+	}
+	if s.IdleTimeout == 0 {
+		s.IdleTimeout = DefaultIdleTimeout
+	}
+	if s.ReadyTimeout == 0 {
+		s.ReadyTimeout = DefaultReadyTimeout
+	}
+}
+
+func (s *Sandbox) validate() error {
+	switch {
+	case s.Name == "":
+		return errors.New("sandbox name is empty")
+	case s.Image == "":
+		return fmt.Errorf("sandbox %q: image is empty", s.Name)
+	case s.PoolSize < 0 || s.MaxOverflow < 0:
+		return fmt.Errorf("sandbox %q: pool size %d and max overflow %d must not be negative", s.Name, s.PoolSize, s.MaxOverflow)
+	case s.capacity() < 1:
+		return fmt.Errorf("sandbox %q: pool size plus max overflow must be at least 1", s.Name)
+	case s.MemoryBytes < 0 || s.NanoCPUs < 0 || s.PIDs < 0 || s.MaxUses < 0:
+		return fmt.Errorf("sandbox %q: resource limits must not be negative", s.Name)
+	}
+	for _, m := range s.Mounts {
+		if !path.IsAbs(m.Target) || !path.IsAbs(m.Source) {
+			return fmt.Errorf("sandbox %q: mount %s:%s: source and target must be absolute paths", s.Name, m.Source, m.Target)
+		}
+	}
+	return nil
+}
+
+// Config configures a Pool.
+type Config struct {
+	// Docker is the engine client; required.
+	Docker Docker
+	// WorkerID labels every container (jazzmine.worker); required. It must be unique to
+	// this process: containers of another worker id are never touched while that
+	// worker is alive.
+	WorkerID string
+	// Sandboxes are the sandboxes the pool serves.
+	Sandboxes []Sandbox
+	// Secrets holds secret values by name; a secret not here is looked up with
+	// LookupEnv.
+	Secrets map[string]string
+	// LookupEnv reads the worker's environment; nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+	// HostPathMap translates bind-mount sources for Docker-out-of-Docker: a source
+	// under a key (a path inside the worker's container) is rewritten under its value
+	// (the same directory on the Docker host). The longest matching key wins.
+	HostPathMap map[string]string
+	// WorkerAlive tells the reaper whether another worker is alive. Containers of a
+	// worker it reports dead are removed. Nil means other workers' containers are never
+	// removed.
+	WorkerAlive func(ctx context.Context, workerID string) (bool, error)
+	// Executor runs executions for Lease.Run; nil means a zero harness.Executor.
+	Executor *harness.Executor
+	// ResetTimeout bounds a reset on return; zero means DefaultResetTimeout.
+	ResetTimeout time.Duration
+	// HealthInterval is how often idle containers are pinged; zero means
+	// DefaultHealthInterval.
+	HealthInterval time.Duration
+	// Logger receives the pool's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// translatePath rewrites p through m, the longest matching prefix winning. A prefix
+// matches whole path elements only: /data matches /data and /data/x, not /database.
+func translatePath(p string, m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return len(keys[i]) > len(keys[j]) })
+	clean := path.Clean(p)
+	for _, k := range keys {
+		from := path.Clean(k)
+		if clean == from || strings.HasPrefix(clean, strings.TrimSuffix(from, "/")+"/") {
+			return path.Join(m[k], strings.TrimPrefix(clean, from))
+		}
+	}
+	return p
+}
+
+func (c *Config) lookupSecret(name string) (string, bool) {
+	if v, ok := c.Secrets[name]; ok {
+		return v, true
+	}
+	if c.LookupEnv != nil {
+		return c.LookupEnv(name)
+	}
+	return os.LookupEnv(name)
+}

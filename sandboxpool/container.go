@@ -1,0 +1,233 @@
+package sandboxpool
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/jazzmine/worker/harness"
+)
+
+// state is where a container is in its life.
+type state int
+
+const (
+	stateIdle      state = iota // in the idle queue
+	stateInUse                  // checked out
+	stateReturning              // being reset after a checkout
+	stateChecking               // out of the idle queue for a health check
+	stateGone                   // retired: being or already removed
+)
+
+// ctr is one running container and its harness stream.
+type ctr struct {
+	id      string
+	name    string
+	sandbox *sandbox
+	conn    *harness.Conn
+	attach  client.HijackedResponse
+	ready   harness.Ready
+	stderr  *tailBuffer
+
+	// Guarded by Pool.mu.
+	state     state
+	uses      int
+	idleSince time.Time
+	lastCheck time.Time
+}
+
+// shortID is the first 12 characters of the container id, as docker ps shows it.
+func (c *ctr) shortID() string {
+	if len(c.id) > 12 {
+		return c.id[:12]
+	}
+	return c.id
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// createOptions is the hardened container of DESIGN.md section 6.
+func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOptions {
+	env := []string{}
+	keys := make([]string, 0, len(sb.Env))
+	for k := range sb.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+sb.Env[k])
+	}
+	for _, s := range sb.Secrets {
+		if v, ok := p.cfg.lookupSecret(s); ok {
+			env = append(env, s+"="+v)
+		}
+	}
+	network := container.NetworkMode("none")
+	if sb.Network != "" {
+		network = container.NetworkMode(sb.Network)
+	}
+	var mounts []mount.Mount
+	for _, m := range sb.Mounts {
+		mounts = append(mounts, mount.Mount{
+			Type:     mount.TypeBind,
+			Source:   translatePath(m.Source, p.cfg.HostPathMap),
+			Target:   m.Target,
+			ReadOnly: m.ReadOnly,
+		})
+	}
+	yes := true
+	pids := sb.PIDs
+	tmpfs := func(size int64) string {
+		return "rw,nosuid,nodev,noexec,mode=1777,size=" + strconv.FormatInt(size, 10)
+	}
+	return client.ContainerCreateOptions{
+		Name: name,
+		Config: &container.Config{
+			Image:        sb.Image,
+			User:         DefaultUser,
+			Env:          env,
+			OpenStdin:    true,
+			StdinOnce:    false,
+			AttachStdin:  true,
+			AttachStdout: true,
+			AttachStderr: true,
+			Tty:          false,
+			WorkingDir:   "/workspace",
+			Labels: map[string]string{
+				LabelManaged:  "true",
+				LabelWorker:   p.cfg.WorkerID,
+				LabelSandbox:  sb.Name,
+				LabelChecksum: sb.Checksum,
+			},
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode:    network,
+			ReadonlyRootfs: true,
+			CapDrop:        []string{"ALL"},
+			SecurityOpt:    []string{"no-new-privileges"},
+			Init:           &yes,
+			Runtime:        sb.Runtime,
+			Tmpfs: map[string]string{
+				"/workspace": tmpfs(sb.WorkspaceBytes),
+				"/tmp":       tmpfs(sb.TmpBytes),
+			},
+			Mounts: mounts,
+			Resources: container.Resources{
+				Memory:     sb.MemoryBytes,
+				MemorySwap: sb.MemoryBytes, // no swap
+				NanoCPUs:   sb.NanoCPUs,
+				PidsLimit:  &pids,
+			},
+		},
+	}
+}
+
+// spawn creates, attaches, starts and waits for one container's harness. On failure
+// it removes what it created and says why, with the tail of the container's stderr.
+func (p *Pool) spawn(ctx context.Context, sb *sandbox) (*ctr, error) {
+	name := fmt.Sprintf("jazzmine-%s-%s", sb.cfg.Name, randomHex(4))
+	created, err := p.cfg.Docker.ContainerCreate(ctx, p.createOptions(&sb.cfg, name))
+	if err != nil {
+		return nil, fmt.Errorf("create container for sandbox %q: %w", sb.cfg.Name, err)
+	}
+	c := &ctr{id: created.ID, name: name, sandbox: sb, stderr: &tailBuffer{max: 8 << 10}}
+	fail := func(err error) (*ctr, error) {
+		p.remove(c)
+		if tail := strings.TrimSpace(c.stderr.String()); tail != "" {
+			err = fmt.Errorf("%w; container stderr: %s", err, tail)
+		}
+		return nil, err
+	}
+	// Attach before start, so that no early byte of the harness is lost.
+	att, err := p.cfg.Docker.ContainerAttach(ctx, c.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return fail(fmt.Errorf("attach to container %s of sandbox %q: %w", c.shortID(), sb.cfg.Name, err))
+	}
+	c.attach = att.HijackedResponse
+	// Docker frames the attached stream with 8-byte headers. stdcopy splits it: stream 1
+	// (the protocol) goes to the harness Conn through a pipe, stream 2 (the harness's
+	// own stderr) to a bounded tail kept for error messages.
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := stdcopy.StdCopy(pw, c.stderr, att.Reader)
+		if err == nil {
+			err = io.EOF
+		}
+		pw.CloseWithError(err)
+	}()
+	c.conn = harness.NewConn(pr, att.Conn, 0)
+	if _, err := p.cfg.Docker.ContainerStart(ctx, c.id, client.ContainerStartOptions{}); err != nil {
+		return fail(fmt.Errorf("start container %s of sandbox %q: %w", c.shortID(), sb.cfg.Name, err))
+	}
+	rctx, cancel := context.WithTimeout(ctx, sb.cfg.ReadyTimeout)
+	defer cancel()
+	c.ready, err = c.conn.WaitReady(rctx)
+	if err != nil {
+		return fail(fmt.Errorf("container %s of sandbox %q sent no ready line within %v: %w", c.shortID(), sb.cfg.Name, sb.cfg.ReadyTimeout, err))
+	}
+	return c, nil
+}
+
+// remove kills and removes the container and closes its stream. It does not wait on
+// the caller's context: a container is removed even when nobody waits for it.
+func (p *Pool) remove(c *ctr) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := p.cfg.Docker.ContainerRemove(ctx, c.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !isNotFound(err) {
+		p.log.Warn("remove container", "container", c.shortID(), "sandbox", c.sandbox.cfg.Name, "err", err)
+	}
+	if c.conn != nil {
+		c.conn.Close()
+	}
+	if c.attach.Conn != nil {
+		c.attach.Close()
+	}
+}
+
+// oomKilled reports whether Docker saw the container killed for memory.
+func (p *Pool) oomKilled(c *ctr) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := p.cfg.Docker.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
+	return err == nil && res.Container.State != nil && res.Container.State.OOMKilled
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = bytes.Clone(t.b[over:])
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}

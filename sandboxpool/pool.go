@@ -1,0 +1,492 @@
+package sandboxpool
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/jazzmine/worker/harness"
+)
+
+// Retirement reasons, as counted in Stats.
+const (
+	RetireMaxUses     = "max_uses"
+	RetireCrashed     = "crashed"
+	RetireOOM         = "oom"
+	RetireResetFailed = "reset_failed"
+	RetireLimit       = "executor_limit"
+	RetireUnhealthy   = "unhealthy"
+	RetireIdle        = "idle_timeout"
+	RetireExited      = "exited"
+	RetireClosing     = "closing"
+)
+
+// maintainInterval is how often the pool replenishes, culls idle overflow and checks
+// health. Replenishing also happens at once whenever a container goes.
+const maintainInterval = time.Second
+
+// Pool keeps warm containers of each sandbox and lends them out one execution at a
+// time. Its methods are safe for concurrent use.
+type Pool struct {
+	cfg Config
+	log *slog.Logger
+	exe *harness.Executor
+
+	mu        sync.Mutex // guards the fields below and every sandbox's and ctr's mutable state
+	sandboxes map[string]*sandbox
+	all       map[string]*ctr // every live container by id
+	closed    bool
+
+	bg       context.Context // cancelled by Close: aborts spawns under way
+	stopBg   context.CancelFunc
+	wg       sync.WaitGroup // every goroutine the pool starts
+	started  bool
+	stopLoop chan struct{}
+}
+
+// sandbox is one sandbox's share of the pool; its fields are guarded by Pool.mu.
+type sandbox struct {
+	cfg      Sandbox
+	idle     []*ctr     // LIFO: the most recently used container is handed out first
+	waiters  *list.List // of *waiter, FIFO
+	total    int        // containers alive or starting, whatever their state
+	starting int
+	inUse    int
+	stats    SandboxStats // counters
+	lastFail time.Time    // of a spawn, for backing off replenishment
+}
+
+type waiter struct {
+	ch chan handoff // buffered: a handoff never blocks
+}
+
+type handoff struct {
+	c   *ctr
+	err error
+}
+
+// New validates cfg and returns a pool that has started nothing yet; call Start.
+func New(cfg Config) (*Pool, error) {
+	if cfg.Docker == nil {
+		return nil, errors.New("sandboxpool: Config.Docker is nil")
+	}
+	if cfg.WorkerID == "" {
+		return nil, errors.New("sandboxpool: Config.WorkerID is empty")
+	}
+	if cfg.ResetTimeout == 0 {
+		cfg.ResetTimeout = DefaultResetTimeout
+	}
+	if cfg.HealthInterval == 0 {
+		cfg.HealthInterval = DefaultHealthInterval
+	}
+	p := &Pool{cfg: cfg, log: cfg.Logger, exe: cfg.Executor, sandboxes: map[string]*sandbox{}, all: map[string]*ctr{}, stopLoop: make(chan struct{})}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if p.exe == nil {
+		p.exe = &harness.Executor{Logger: p.log}
+	}
+	for _, sb := range cfg.Sandboxes {
+		sb.setDefaults()
+		if err := sb.validate(); err != nil {
+			return nil, fmt.Errorf("sandboxpool: %w", err)
+		}
+		if _, dup := p.sandboxes[sb.Name]; dup {
+			return nil, fmt.Errorf("sandboxpool: sandbox %q is configured twice", sb.Name)
+		}
+		p.sandboxes[sb.Name] = &sandbox{cfg: sb, waiters: list.New(), stats: SandboxStats{Retired: map[string]uint64{}}}
+	}
+	p.bg, p.stopBg = context.WithCancel(context.Background())
+	return p, nil
+}
+
+// Start removes orphaned containers of dead workers, pre-warms PoolSize containers
+// of every sandbox and starts background maintenance. It waits until the warm
+// containers are ready or have failed, and returns the failures joined; the pool keeps
+// running either way and retries failed spawns in the background. ctx bounds the wait.
+func (p *Pool) Start(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed || p.started {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.started = true
+	p.mu.Unlock()
+	if _, err := p.ReapOrphans(ctx); err != nil {
+		p.log.Warn("reap orphaned containers", "err", err)
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	p.mu.Lock()
+	for _, sb := range p.sandboxes {
+		for range sb.cfg.PoolSize {
+			sb.total++
+			sb.starting++
+			wg.Add(1)
+			p.spawnLocked(sb, func(err error) {
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+				wg.Done()
+			})
+		}
+	}
+	p.wg.Add(1)
+	go p.maintain()
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("sandboxpool: warm up: %w", ctx.Err())
+	}
+	return errors.Join(errs...)
+}
+
+// Checkout lends a container of the named sandbox: an idle one at once if there is
+// one; otherwise a new one if the sandbox is below PoolSize+MaxOverflow; otherwise
+// the next one returned. ctx bounds only the wait: a container started for a caller
+// who gave up goes idle for the next one. Errors: ErrUnknownSandbox, ErrClosed, the
+// reason a spawn failed, or ctx's error.
+func (p *Pool) Checkout(ctx context.Context, name string) (*Lease, error) {
+	started := time.Now()
+	p.mu.Lock()
+	sb := p.sandboxes[name]
+	if sb == nil {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("%w %q", ErrUnknownSandbox, name)
+	}
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if n := len(sb.idle); n > 0 {
+		c := sb.idle[n-1]
+		sb.idle[n-1] = nil
+		sb.idle = sb.idle[:n-1]
+		p.lendLocked(c)
+		sb.stats.Checkouts++
+		p.mu.Unlock()
+		return &Lease{p: p, c: c}, nil
+	}
+	w := &waiter{ch: make(chan handoff, 1)}
+	elem := sb.waiters.PushBack(w)
+	if sb.total < sb.cfg.capacity() {
+		sb.total++
+		sb.starting++
+		p.spawnLocked(sb, nil)
+	}
+	p.mu.Unlock()
+
+	select {
+	case h := <-w.ch:
+		return p.took(sb, h, started)
+	case <-ctx.Done():
+		p.mu.Lock()
+		sb.waiters.Remove(elem) // a no-op if a handoff already dequeued us
+		select {
+		case h := <-w.ch:
+			// Handed over just as we gave up: pass it on.
+			if h.c != nil {
+				p.offerLocked(h.c)
+			}
+		default:
+		}
+		p.mu.Unlock()
+		return nil, fmt.Errorf("checkout from sandbox %q: %w", name, ctx.Err())
+	}
+}
+
+func (p *Pool) took(sb *sandbox, h handoff, started time.Time) (*Lease, error) {
+	if h.err != nil {
+		return nil, h.err
+	}
+	p.mu.Lock()
+	sb.stats.Checkouts++
+	sb.stats.CheckoutWaits++
+	sb.stats.CheckoutWaitTotal += time.Since(started)
+	p.mu.Unlock()
+	return &Lease{p: p, c: h.c}, nil
+}
+
+func (p *Pool) lendLocked(c *ctr) {
+	c.state = stateInUse
+	c.sandbox.inUse++
+}
+
+// offerLocked hands c to the first waiter or puts it in the idle queue.
+func (p *Pool) offerLocked(c *ctr) {
+	sb := c.sandbox
+	if p.closed {
+		p.retireLocked(c, RetireClosing)
+		return
+	}
+	if front := sb.waiters.Front(); front != nil {
+		sb.waiters.Remove(front)
+		p.lendLocked(c)
+		front.Value.(*waiter).ch <- handoff{c: c}
+		return
+	}
+	c.state = stateIdle
+	c.idleSince = time.Now()
+	sb.idle = append(sb.idle, c)
+}
+
+// spawnLocked starts one container in the background. The caller has counted it in
+// sb.total and sb.starting. done, if not nil, is called with the outcome.
+func (p *Pool) spawnLocked(sb *sandbox, done func(error)) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		c, err := p.spawn(p.bg, sb)
+		p.mu.Lock()
+		sb.starting--
+		if err != nil {
+			sb.total--
+			sb.stats.SpawnFailures++
+			sb.lastFail = time.Now()
+			if front := sb.waiters.Front(); front != nil {
+				sb.waiters.Remove(front)
+				front.Value.(*waiter).ch <- handoff{err: err}
+			}
+			p.mu.Unlock()
+			p.log.Error("spawn container", "sandbox", sb.cfg.Name, "err", err)
+		} else {
+			sb.stats.Spawned++
+			c.lastCheck = time.Now()
+			p.all[c.id] = c
+			p.offerLocked(c)
+			p.wg.Add(1)
+			go p.watch(c)
+			p.mu.Unlock()
+		}
+		if done != nil {
+			done(err)
+		}
+	}()
+}
+
+// watch retires a container whose stream ends while the pool holds it: killed from
+// outside, or its harness died.
+func (p *Pool) watch(c *ctr) {
+	defer p.wg.Done()
+	<-c.conn.Done()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.state == stateGone {
+		return
+	}
+	reason := RetireExited
+	if c.state == stateInUse {
+		return // the lease holder sees the end and retires it on release
+	}
+	p.retireLocked(c, reason)
+}
+
+// retireLocked takes c out of the pool, removes it in the background and, unless the
+// pool is closing, starts a replacement if a waiter needs one or the sandbox is below
+// PoolSize.
+func (p *Pool) retireLocked(c *ctr, reason string) {
+	if c.state == stateGone {
+		return
+	}
+	sb := c.sandbox
+	if c.state == stateIdle {
+		for i, x := range sb.idle {
+			if x == c {
+				sb.idle = append(sb.idle[:i], sb.idle[i+1:]...)
+				break
+			}
+		}
+	}
+	if c.state == stateInUse {
+		sb.inUse--
+	}
+	c.state = stateGone
+	delete(p.all, c.id)
+	sb.total--
+	sb.stats.Retired[reason]++
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.remove(c)
+	}()
+	p.log.Debug("retire container", "container", c.shortID(), "sandbox", sb.cfg.Name, "reason", reason, "uses", c.uses)
+	p.refillLocked(sb)
+}
+
+// refillLocked starts containers for waiting callers and up to PoolSize.
+func (p *Pool) refillLocked(sb *sandbox) {
+	if p.closed {
+		return
+	}
+	want := max(sb.cfg.PoolSize-sb.total, min(sb.waiters.Len()-sb.starting, sb.cfg.capacity()-sb.total))
+	for range want {
+		sb.total++
+		sb.starting++
+		p.spawnLocked(sb, nil)
+	}
+}
+
+// maintain replenishes, culls idle overflow and health-checks idle containers.
+func (p *Pool) maintain() {
+	defer p.wg.Done()
+	t := time.NewTicker(maintainInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stopLoop:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		p.mu.Lock()
+		for _, sb := range p.sandboxes {
+			// Idle containers above PoolSize go after IdleTimeout, oldest first.
+			for len(sb.idle) > 0 && sb.total > sb.cfg.PoolSize && now.Sub(sb.idle[0].idleSince) > sb.cfg.IdleTimeout {
+				p.retireLocked(sb.idle[0], RetireIdle)
+			}
+			if now.Sub(sb.lastFail) > backoff {
+				p.refillLocked(sb)
+			}
+			for _, c := range append([]*ctr(nil), sb.idle...) {
+				if now.Sub(c.lastCheck) >= p.cfg.HealthInterval {
+					p.checkLocked(c)
+				}
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// backoff is the pause after a failed spawn before the pool replenishes again.
+const backoff = 5 * time.Second
+
+// checkLocked takes an idle container out of the queue and pings it in the background.
+func (p *Pool) checkLocked(c *ctr) {
+	sb := c.sandbox
+	for i, x := range sb.idle {
+		if x == c {
+			sb.idle = append(sb.idle[:i], sb.idle[i+1:]...)
+			break
+		}
+	}
+	c.state = stateChecking
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(p.bg, p.cfg.ResetTimeout)
+		err := c.conn.Ping(ctx)
+		cancel()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if c.state == stateGone {
+			return
+		}
+		c.lastCheck = time.Now()
+		if err != nil {
+			p.log.Warn("idle container failed its health check", "container", c.shortID(), "sandbox", sb.cfg.Name, "err", err)
+			p.retireLocked(c, RetireUnhealthy)
+			return
+		}
+		p.offerLocked(c)
+	}()
+}
+
+// release returns a lent container: retired if reason is set, the container is worn
+// out, or the pool is closing; otherwise reset and offered again.
+func (p *Pool) release(c *ctr, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.state == stateGone {
+		return
+	}
+	c.uses++
+	sb := c.sandbox
+	switch {
+	case reason != "":
+	case p.closed:
+		reason = RetireClosing
+	case c.uses >= sb.cfg.MaxUses:
+		reason = RetireMaxUses
+	}
+	if reason != "" {
+		p.retireLocked(c, reason)
+		return
+	}
+	sb.inUse--
+	c.state = stateReturning
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(p.bg, p.cfg.ResetTimeout)
+		err := c.conn.Reset(ctx)
+		cancel()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if c.state == stateGone {
+			return
+		}
+		if err != nil {
+			p.log.Warn("reset failed", "container", c.shortID(), "sandbox", sb.cfg.Name, "err", err)
+			p.retireLocked(c, RetireResetFailed)
+			return
+		}
+		p.offerLocked(c)
+	}()
+}
+
+// Close stops the pool: waiting callers get ErrClosed, and every container is
+// removed, checked-out ones included (their leases' Release becomes a no-op). It waits
+// for background work until ctx ends. It is safe to call more than once.
+func (p *Pool) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.stopLoop)
+		for _, sb := range p.sandboxes {
+			for e := sb.waiters.Front(); e != nil; e = sb.waiters.Front() {
+				sb.waiters.Remove(e)
+				e.Value.(*waiter).ch <- handoff{err: ErrClosed}
+			}
+		}
+		for _, c := range p.all {
+			p.retireLocked(c, RetireClosing)
+		}
+	}
+	p.mu.Unlock()
+	p.stopBg() // spawns under way give up; what they created is removed
+
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("sandboxpool: close: %w", ctx.Err())
+	}
+	// A sweep by label catches anything this worker created that the pool lost track of.
+	if n, serr := p.removeByLabel(context.WithoutCancel(ctx), LabelWorker+"="+p.cfg.WorkerID); serr != nil {
+		err = errors.Join(err, serr)
+	} else if n > 0 {
+		p.log.Warn("removed containers the pool had lost track of", "count", n)
+	}
+	return err
+}
+
+func isNotFound(err error) bool { return errdefs.IsNotFound(err) }
+
+// WorkerID is the worker id the pool labels its containers with.
+func (p *Pool) WorkerID() string { return p.cfg.WorkerID }

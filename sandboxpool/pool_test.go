@@ -1,0 +1,343 @@
+package sandboxpool_test
+
+import (
+	"context"
+
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/jazzmine/worker/harness"
+	"github.com/jazzmine/worker/sandboxpool"
+)
+
+// testImage is the sandbox image the tests run.
+func testImage(t testing.TB) string {
+	t.Helper()
+	docker(t)
+	return "jazzmine-dev-sandbox:latest"
+}
+
+func sandbox(t testing.TB, name string, poolSize, overflow int) sandboxpool.Sandbox {
+	return sandboxpool.Sandbox{Name: name, Image: testImage(t), PoolSize: poolSize, MaxOverflow: overflow, ReadyTimeout: 60 * time.Second}
+}
+
+// newPool starts a pool with a worker id of its own and, at cleanup, closes it and
+// checks with the Docker API that none of its containers is left.
+func newPool(t testing.TB, cfg sandboxpool.Config) *sandboxpool.Pool {
+	t.Helper()
+	cfg.Docker = docker(t)
+	if cfg.WorkerID == "" {
+		cfg.WorkerID = fmt.Sprintf("test-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
+	}
+	p, err := sandboxpool.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Errorf("close pool: %v", err)
+		}
+		if left := containersOf(t, cfg.WorkerID); len(left) > 0 {
+			t.Errorf("containers left after Close: %v", left)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatalf("start pool: %v", err)
+	}
+	return p
+}
+
+func checkout(t testing.TB, p *sandboxpool.Pool, name string) *sandboxpool.Lease {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l, err := p.Checkout(ctx, name)
+	if err != nil {
+		t.Fatalf("checkout %s: %v", name, err)
+	}
+	return l
+}
+
+func run(t testing.TB, l *sandboxpool.Lease, script string, opts ...func(*harness.Request)) *harness.Result {
+	t.Helper()
+	req := harness.Request{ExecutionID: fmt.Sprintf("x%d", time.Now().UnixNano()), Script: script, Timeout: 20 * time.Second}
+	for _, o := range opts {
+		o(&req)
+	}
+	res, err := l.Run(context.Background(), req, nil)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return res
+}
+
+func stats(p *sandboxpool.Pool, name string) sandboxpool.SandboxStats {
+	return p.Stats().Sandboxes[name]
+}
+
+func TestAWarmPoolLendsAContainerAtOnce(t *testing.T) {
+	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sandbox(t, "warm", 2, 0)}})
+	if s := stats(p, "warm"); s.Idle != 2 || s.Total != 2 {
+		t.Fatalf("after Start: %+v, want 2 idle", s)
+	}
+	l := checkout(t, p, "warm")
+	defer l.Release()
+	if s := stats(p, "warm"); s.Idle != 1 || s.InUse != 1 || s.CheckoutWaits != 0 {
+		t.Errorf("after checkout: %+v, want 1 idle, 1 in use, no wait", s)
+	}
+	res := run(t, l, "emit_result(6 * 7)")
+	if !res.Success || string(res.FinalData) != "42" {
+		t.Errorf("result: %+v", res)
+	}
+	if !slices.Contains(containersOf(t, workerOf(p)), l.ContainerID()) {
+		t.Errorf("container %s is not labelled with the worker id", l.ContainerID())
+	}
+}
+
+func workerOf(p *sandboxpool.Pool) string { return p.WorkerID() }
+
+func TestOverflowAndBlockingCheckout(t *testing.T) {
+	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sandbox(t, "ovf", 1, 1)}})
+	a := checkout(t, p, "ovf")
+	b := checkout(t, p, "ovf") // spawned as overflow
+	if a.ContainerID() == b.ContainerID() {
+		t.Fatal("two leases share a container")
+	}
+	if s := stats(p, "ovf"); s.Total != 2 || s.InUse != 2 {
+		t.Fatalf("stats with two leases: %+v", s)
+	}
+	// At capacity: a third caller waits until its ctx ends...
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err := p.Checkout(ctx, "ovf")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("checkout at capacity: err = %v, want deadline exceeded", err)
+	}
+	if s := stats(p, "ovf"); s.Total != 2 || s.Waiting != 0 {
+		t.Errorf("after a caller gave up: %+v, want 2 containers and no waiter", s)
+	}
+	// ...or until a container comes back.
+	got := make(chan *sandboxpool.Lease)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		l, err := p.Checkout(ctx, "ovf")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	eventually(t, 10*time.Second, "the caller should be waiting", func() bool { return stats(p, "ovf").Waiting == 1 })
+	a.Release()
+	c := <-got
+	if c == nil || c.ContainerID() != a.ContainerID() {
+		t.Fatalf("the waiting caller got %v, want the returned container %s", c, a.ContainerID())
+	}
+	res := run(t, c, "emit_result('reused')")
+	if !res.Success {
+		t.Errorf("run on the reused container: %+v", res)
+	}
+	c.Release()
+	b.Release()
+	b.Release() // twice is fine
+}
+
+func TestContainersAreRecycledAfterMaxUses(t *testing.T) {
+	sb := sandbox(t, "uses", 1, 0)
+	sb.MaxUses = 2
+	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sb}})
+	var ids []string
+	for i := range 3 {
+		l := checkout(t, p, "uses")
+		ids = append(ids, l.ContainerID())
+		if res := run(t, l, fmt.Sprintf("emit_result(%d)", i)); !res.Success {
+			t.Fatalf("run %d: %+v", i, res)
+		}
+		l.Release()
+	}
+	if ids[0] != ids[1] || ids[1] == ids[2] {
+		t.Errorf("container ids over three uses = %v, want the first reused once, then a new one", ids)
+	}
+	if got := stats(p, "uses").Retired[sandboxpool.RetireMaxUses]; got != 1 {
+		t.Errorf("retired for max uses = %d, want 1", got)
+	}
+	eventually(t, 30*time.Second, "the worn-out container should be removed from Docker", func() bool {
+		return !slices.Contains(containersOf(t, workerOf(p)), ids[0])
+	})
+}
+
+func TestAContainerKilledFromOutsideIsReplaced(t *testing.T) {
+	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sandbox(t, "kill", 1, 0)}})
+	before := containersOf(t, workerOf(p))
+	if len(before) != 1 {
+		t.Fatalf("containers = %v, want 1", before)
+	}
+	if _, err := docker(t).ContainerKill(context.Background(), before[0], client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "a new warm container should replace the killed one", func() bool {
+		s := stats(p, "kill")
+		ids := containersOf(t, workerOf(p))
+		return s.Idle == 1 && len(ids) == 1 && ids[0] != before[0]
+	})
+	if got := stats(p, "kill").Retired[sandboxpool.RetireExited]; got != 1 {
+		t.Errorf("retired as exited = %d, want 1", got)
+	}
+	l := checkout(t, p, "kill")
+	defer l.Release()
+	if res := run(t, l, "emit_result('alive')"); !res.Success {
+		t.Errorf("run on the replacement: %+v", res)
+	}
+}
+
+func TestCloseRemovesEveryContainerCheckedOutOrNot(t *testing.T) {
+	docker(t)
+	workerID := fmt.Sprintf("test-close-%d", time.Now().UnixNano())
+	p, err := sandboxpool.New(sandboxpool.Config{Docker: docker(t), WorkerID: workerID, Sandboxes: []sandboxpool.Sandbox{sandbox(t, "close", 2, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease := checkout(t, p, "close")
+	extra := checkout(t, p, "close")
+	_ = checkout(t, p, "close") // overflow, never released
+	if n := len(containersOf(t, workerID)); n != 3 {
+		t.Fatalf("containers before Close = %d, want 3", n)
+	}
+	extra.Release()
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := containersOf(t, workerID); len(left) != 0 {
+		t.Errorf("containers after Close: %v", left)
+	}
+	lease.Release() // after Close: nothing to do, no panic
+	if _, err := p.Checkout(ctx, "close"); !errors.Is(err, sandboxpool.ErrClosed) {
+		t.Errorf("checkout after Close: %v, want ErrClosed", err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestCheckoutErrors(t *testing.T) {
+	bad := sandboxpool.Sandbox{Name: "bad", Image: "jazzmine-no-such-image:0", PoolSize: 0, MaxOverflow: 1}
+	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{bad}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := p.Checkout(ctx, "nope"); !errors.Is(err, sandboxpool.ErrUnknownSandbox) {
+		t.Errorf("unknown sandbox: err = %v, want ErrUnknownSandbox", err)
+	}
+	_, err := p.Checkout(ctx, "bad")
+	if err == nil || !strings.Contains(err.Error(), "jazzmine-no-such-image") {
+		t.Errorf("spawn from a missing image: err = %v, want it to name the image", err)
+	}
+	if s := stats(p, "bad"); s.Total != 0 || s.SpawnFailures != 1 {
+		t.Errorf("after a failed spawn: %+v, want its slot released", s)
+	}
+}
+
+func TestAContainerWithoutReadyIsRemoved(t *testing.T) {
+	tools := t.TempDir()
+	if err := os.WriteFile(filepath.Join(tools, "slow.py"), []byte("import time\ntime.sleep(600)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(tools, 0o755)
+	sb := sandbox(t, "slow", 0, 1)
+	sb.Mounts = []sandboxpool.Mount{{Source: tools, Target: "/tools", ReadOnly: true}}
+	sb.ReadyTimeout = 2 * time.Second
+	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sb}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := p.Checkout(ctx, "slow")
+	if err == nil || !strings.Contains(err.Error(), "no ready line") {
+		t.Fatalf("err = %v, want a ready timeout", err)
+	}
+	eventually(t, 30*time.Second, "the silent container should be removed", func() bool { return len(containersOf(t, workerOf(p))) == 0 })
+}
+
+func TestSecretsAndTranslatedMounts(t *testing.T) {
+	hostRoot := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(hostRoot, "data", "set"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(hostRoot, "data", "set", "hello.txt"), []byte("from the host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(hostRoot, 0o755)
+	sb := sandbox(t, "sec", 1, 0)
+	sb.Secrets = []string{"FROM_MAP", "FROM_ENV", "NOWHERE"}
+	sb.Env = map[string]string{"PLAIN": "p"}
+	// The worker sees the data under /worker/view; Docker must be told the host path.
+	sb.Mounts = []sandboxpool.Mount{{Source: "/worker/view/set", Target: "/data", ReadOnly: true}}
+	p := newPool(t, sandboxpool.Config{
+		Sandboxes: []sandboxpool.Sandbox{sb},
+		Secrets:   map[string]string{"FROM_MAP": "m"},
+		LookupEnv: func(k string) (string, bool) {
+			return map[string]string{"FROM_ENV": "e", "FROM_MAP": "wrong"}[k], k == "FROM_ENV" || k == "FROM_MAP"
+		},
+		HostPathMap: map[string]string{"/worker": "/elsewhere", "/worker/view": filepath.Join(hostRoot, "data")},
+	})
+	l := checkout(t, p, "sec")
+	defer l.Release()
+	res := run(t, l, "import os\nemit_result([os.environ.get(k) for k in ('FROM_MAP', 'FROM_ENV', 'NOWHERE', 'PLAIN')] + [open('/data/hello.txt').read()])")
+	if string(res.FinalData) != `["m","e",null,"p","from the host"]` {
+		t.Errorf("secrets, env and mount seen by the script: %s %s", res.FinalData, res.Error)
+	}
+}
+
+func TestOrphansOfDeadWorkersAreReapedAndLiveWorkersAreNot(t *testing.T) {
+	// What a worker killed with SIGKILL leaves behind: a managed container of its id.
+	deadID := fmt.Sprintf("dead-%d", time.Now().UnixNano())
+	created, err := docker(t).ContainerCreate(context.Background(), client.ContainerCreateOptions{
+		Config: &container.Config{Image: testImage(t), Labels: map[string]string{
+			sandboxpool.LabelManaged: "true", sandboxpool.LabelWorker: deadID, sandboxpool.LabelSandbox: "o"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		docker(t).ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
+	})
+	live := newPool(t, sandboxpool.Config{WorkerID: fmt.Sprintf("live-%d", time.Now().UnixNano()), Sandboxes: []sandboxpool.Sandbox{sandbox(t, "o", 1, 0)}})
+	var mu sync.Mutex
+	asked := map[string]bool{}
+	newPool(t, sandboxpool.Config{
+		Sandboxes: []sandboxpool.Sandbox{sandbox(t, "o", 0, 1)},
+		WorkerAlive: func(_ context.Context, id string) (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked[id] = true
+			return id == live.WorkerID(), nil
+		},
+	})
+	if left := containersOf(t, deadID); len(left) != 0 {
+		t.Errorf("the dead worker's container survived: %v", left)
+	}
+	if n := len(containersOf(t, live.WorkerID())); n != 1 {
+		t.Errorf("the live worker has %d containers, want its 1", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !asked[deadID] || !asked[live.WorkerID()] {
+		t.Errorf("workers asked about: %v", asked)
+	}
+}

@@ -1,0 +1,311 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Event types, the last token of an event's subject and the Type of an
+// [Event].
+const (
+	// EventStarted is published when a container takes the execution; its
+	// payload is Sandbox and ContainerID.
+	EventStarted = "started"
+	// EventIntermediate carries an intermediate result of the script: Label
+	// and Data.
+	EventIntermediate = "intermediate"
+	// EventLog carries a message the script logged: Level and Message.
+	EventLog = "log"
+	// EventStdout carries a chunk of what the script printed to standard
+	// output: Text.
+	EventStdout = "stdout"
+	// EventStderr carries a chunk of what the script printed to standard
+	// error: Text.
+	EventStderr = "stderr"
+	// EventFinalResult carries the result the script emitted: Data.
+	EventFinalResult = "final_result"
+	// EventError says that the execution failed: Error, Traceback (when the
+	// script raised) and Kind.
+	EventError = "error"
+	// EventScriptDone carries the outcome of the execution: Success,
+	// DurationMS, OutputBytes, Error and FinalData. It is always the last
+	// event of an attempt.
+	EventScriptDone = "script_done"
+)
+
+// Error kinds, the Kind of an [EventError] event.
+const (
+	// KindScript means that the script itself failed, such as by raising an
+	// exception (then Traceback is set).
+	KindScript = "script"
+	// KindTimeout means that the script ran longer than its timeout.
+	KindTimeout = "timeout"
+	// KindOutputLimit means that the execution's events went over its
+	// max_output_bytes.
+	KindOutputLimit = "output_limit"
+	// KindCrashed means that the script's process or its container died.
+	KindCrashed = "crashed"
+	// KindOOM means that the container ran out of memory.
+	KindOOM = "oom"
+	// KindCancelled means that the execution was cancelled on
+	// jazzmine.cancel.<execution_id>.
+	KindCancelled = "cancelled"
+	// KindMissingSecrets means that a required secret is not set in the
+	// sandbox.
+	KindMissingSecrets = "missing_secrets"
+	// KindInvalidJob means that the job could not be decoded or failed
+	// [Job.Validate].
+	KindInvalidJob = "invalid_job"
+	// KindInfrastructure means that the worker could not run the job (no
+	// container could be started, Docker unreachable) and gave up after its
+	// retries.
+	KindInfrastructure = "infrastructure"
+)
+
+// Event is one step of an execution, published on
+// jazzmine.events.<execution_id>.<type>. Its fields are snake_case in both
+// encodings. The first group of fields is on every event; the others are
+// the payload of the types that name them, and are left out of the encoded
+// event when empty, with one exception: an [EventScriptDone] event always
+// carries success, duration_ms and output_bytes, so success=false is on the
+// wire.
+//
+// Event encodes itself (it implements [json.Marshaler], [json.Unmarshaler],
+// [msgpack.CustomEncoder] and [msgpack.CustomDecoder]), so that
+// encoding/json and msgpack read and write the same wire form as
+// [EncodeEvent] and [DecodeEvent] (though json.Marshal escapes <, > and &).
+// The struct tags name the fields. [DecodeEvent] is stricter than
+// msgpack.Unmarshal: it checks the whole input before decoding it.
+type Event struct {
+	ExecutionID string `json:"execution_id" msgpack:"execution_id"`
+	// Type is one of the Event constants ([EventStarted], ...).
+	Type string `json:"type" msgpack:"type"`
+	// Seq numbers the events of one attempt, from 1.
+	Seq uint64 `json:"seq" msgpack:"seq"`
+	// Attempt is the delivery of the job that produced the event, from 1.
+	Attempt  int    `json:"attempt" msgpack:"attempt"`
+	WorkerID string `json:"worker_id" msgpack:"worker_id"`
+	// Time is when the worker published the event. It is a string in both
+	// encodings: RFC 3339 with nanoseconds (time.RFC3339Nano) and the
+	// offset of the time's location (workers stamp UTC), not a msgpack
+	// timestamp extension, so that any msgpack library reads it. A year
+	// outside 0000-9999 cannot be encoded.
+	Time time.Time `json:"time" msgpack:"time"`
+	// Metadata is the job's metadata, echoed. An empty map decodes as nil.
+	Metadata map[string]string `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
+
+	// Sandbox and ContainerID (short) are the payload of EventStarted.
+	Sandbox     string `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+	ContainerID string `json:"container_id,omitempty" msgpack:"container_id,omitempty"`
+
+	// Label names an EventIntermediate result.
+	Label string `json:"label,omitempty" msgpack:"label,omitempty"`
+
+	// Data is the value of an EventIntermediate or EventFinalResult event;
+	// nil is left out of the encoded event.
+	//
+	// To encode, Data holds either a [json.RawMessage] (the JSON the
+	// script's harness produced: copied as it is into JSON, converted into
+	// the same values in msgpack) or the generic values decoding gives.
+	// Decoding, in either encoding, gives only: nil, bool, string, int64,
+	// uint64 (integers above math.MaxInt64 only), float64, []any and
+	// map[string]any, the same values for the same event whatever its
+	// encoding. Integers stay integers and floats stay floats (1.0 is
+	// written 1.0 in JSON). NaN and infinities are rejected, as JSON cannot
+	// carry them, and so are msgpack extension types and non-string map
+	// keys. Other Go values are encoded by encoding/json and msgpack as they
+	// see fit, which may differ between the two.
+	Data any `json:"data,omitempty" msgpack:"data,omitempty"`
+
+	// Level and Message are the payload of EventLog.
+	Level   string `json:"level,omitempty" msgpack:"level,omitempty"`
+	Message string `json:"message,omitempty" msgpack:"message,omitempty"`
+
+	// Text is the payload of EventStdout and EventStderr: a chunk of what
+	// the script printed.
+	Text string `json:"text,omitempty" msgpack:"text,omitempty"`
+
+	// Error (a message), Traceback (when the script raised) and Kind (one of
+	// the Kind constants) are the payload of EventError; Error also says why
+	// an EventScriptDone failed.
+	Error     string `json:"error,omitempty" msgpack:"error,omitempty"`
+	Traceback string `json:"traceback,omitempty" msgpack:"traceback,omitempty"`
+	Kind      string `json:"kind,omitempty" msgpack:"kind,omitempty"`
+
+	// Success, DurationMS, OutputBytes and FinalData are the payload of
+	// EventScriptDone. The first three are always encoded on that type, even
+	// when false or zero. FinalData follows the rules of Data.
+	Success     bool  `json:"success" msgpack:"success"`
+	DurationMS  int64 `json:"duration_ms" msgpack:"duration_ms"`
+	OutputBytes int64 `json:"output_bytes" msgpack:"output_bytes"`
+	FinalData   any   `json:"final_data,omitempty" msgpack:"final_data,omitempty"`
+}
+
+// eventWire is the encoded form of an Event: the time as a string, the
+// script_done fields as pointers (present on that type, absent elsewhere),
+// and the data fields as values with their own encoding. A test checks that
+// its fields and names follow Event's.
+type eventWire struct {
+	ExecutionID string            `json:"execution_id" msgpack:"execution_id"`
+	Type        string            `json:"type" msgpack:"type"`
+	Seq         uint64            `json:"seq" msgpack:"seq"`
+	Attempt     int               `json:"attempt" msgpack:"attempt"`
+	WorkerID    string            `json:"worker_id" msgpack:"worker_id"`
+	Time        string            `json:"time" msgpack:"time"`
+	Metadata    map[string]string `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
+	Sandbox     string            `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+	ContainerID string            `json:"container_id,omitempty" msgpack:"container_id,omitempty"`
+	Label       string            `json:"label,omitempty" msgpack:"label,omitempty"`
+	Data        value             `json:"data,omitzero" msgpack:"data,omitempty"`
+	Level       string            `json:"level,omitempty" msgpack:"level,omitempty"`
+	Message     string            `json:"message,omitempty" msgpack:"message,omitempty"`
+	Text        string            `json:"text,omitempty" msgpack:"text,omitempty"`
+	Error       string            `json:"error,omitempty" msgpack:"error,omitempty"`
+	Traceback   string            `json:"traceback,omitempty" msgpack:"traceback,omitempty"`
+	Kind        string            `json:"kind,omitempty" msgpack:"kind,omitempty"`
+	Success     *bool             `json:"success,omitempty" msgpack:"success,omitempty"`
+	DurationMS  *int64            `json:"duration_ms,omitempty" msgpack:"duration_ms,omitempty"`
+	OutputBytes *int64            `json:"output_bytes,omitempty" msgpack:"output_bytes,omitempty"`
+	FinalData   value             `json:"final_data,omitzero" msgpack:"final_data,omitempty"`
+}
+
+func (e *Event) toWire() (*eventWire, error) {
+	if y := e.Time.Year(); y < 0 || y > 9999 {
+		return nil, fmt.Errorf("event time %v: the year is outside 0000-9999, which RFC 3339 cannot write", e.Time)
+	}
+	w := &eventWire{
+		ExecutionID: e.ExecutionID,
+		Type:        e.Type,
+		Seq:         e.Seq,
+		Attempt:     e.Attempt,
+		WorkerID:    e.WorkerID,
+		Time:        e.Time.Format(time.RFC3339Nano),
+		Metadata:    e.Metadata,
+		Sandbox:     e.Sandbox,
+		ContainerID: e.ContainerID,
+		Label:       e.Label,
+		Data:        value{e.Data, "data"},
+		Level:       e.Level,
+		Message:     e.Message,
+		Text:        e.Text,
+		Error:       e.Error,
+		Traceback:   e.Traceback,
+		Kind:        e.Kind,
+		FinalData:   value{e.FinalData, "final_data"},
+	}
+	done := e.Type == EventScriptDone
+	if done || e.Success {
+		w.Success = &e.Success
+	}
+	if done || e.DurationMS != 0 {
+		w.DurationMS = &e.DurationMS
+	}
+	if done || e.OutputBytes != 0 {
+		w.OutputBytes = &e.OutputBytes
+	}
+	return w, nil
+}
+
+func (w *eventWire) toEvent() (*Event, error) {
+	e := &Event{
+		ExecutionID: w.ExecutionID,
+		Type:        w.Type,
+		Seq:         w.Seq,
+		Attempt:     w.Attempt,
+		WorkerID:    w.WorkerID,
+		Metadata:    w.Metadata,
+		Sandbox:     w.Sandbox,
+		ContainerID: w.ContainerID,
+		Label:       w.Label,
+		Data:        w.Data.v,
+		Level:       w.Level,
+		Message:     w.Message,
+		Text:        w.Text,
+		Error:       w.Error,
+		Traceback:   w.Traceback,
+		Kind:        w.Kind,
+		FinalData:   w.FinalData.v,
+	}
+	if w.Time != "" {
+		t, err := time.Parse(time.RFC3339Nano, w.Time)
+		if err != nil {
+			return nil, fmt.Errorf("field \"time\": %s is not an RFC 3339 time", quote(w.Time))
+		}
+		e.Time = t
+	}
+	if len(e.Metadata) == 0 {
+		e.Metadata = nil
+	}
+	if w.Success != nil {
+		e.Success = *w.Success
+	}
+	if w.DurationMS != nil {
+		e.DurationMS = *w.DurationMS
+	}
+	if w.OutputBytes != nil {
+		e.OutputBytes = *w.OutputBytes
+	}
+	return e, nil
+}
+
+// MarshalJSON encodes e as [EncodeEvent] does with [ContentTypeJSON].
+func (e Event) MarshalJSON() ([]byte, error) {
+	w, err := e.toWire()
+	if err != nil {
+		return nil, err
+	}
+	return marshalJSON(w)
+}
+
+// UnmarshalJSON decodes a JSON event into e, as [DecodeEvent] does with
+// [ContentTypeJSON]. JSON null leaves e as it is.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	var w eventWire
+	if err := unmarshalJSON(b, &w); err != nil {
+		return err
+	}
+	ev, err := w.toEvent()
+	if err != nil {
+		return err
+	}
+	*e = *ev
+	return nil
+}
+
+// EncodeMsgpack encodes e as [EncodeEvent] does with [ContentTypeMsgpack]
+// (map keys are sorted only when enc sorts them).
+func (e Event) EncodeMsgpack(enc *msgpack.Encoder) error {
+	w, err := e.toWire()
+	if err != nil {
+		return err
+	}
+	return enc.Encode(w)
+}
+
+// DecodeMsgpack decodes a msgpack event into e with the field checks of
+// [DecodeEvent], but without its check of the whole input first.
+func (e *Event) DecodeMsgpack(dec *msgpack.Decoder) error {
+	var w eventWire
+	if err := decodeStruct(dec, &w); err != nil {
+		return err
+	}
+	ev, err := w.toEvent()
+	if err != nil {
+		return err
+	}
+	*e = *ev
+	return nil
+}
+
+var (
+	_ json.Marshaler        = Event{}
+	_ json.Unmarshaler      = (*Event)(nil)
+	_ msgpack.CustomEncoder = Event{}
+	_ msgpack.CustomDecoder = (*Event)(nil)
+)

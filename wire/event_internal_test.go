@@ -1,0 +1,34 @@
+package wire
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestEventWireFollowsEvent keeps eventWire, the encoded form, in step with
+// Event: the same fields in the same order, with the same names on the wire.
+func TestEventWireFollowsEvent(t *testing.T) {
+	et, wt := reflect.TypeFor[Event](), reflect.TypeFor[eventWire]()
+	if et.NumField() != wt.NumField() {
+		t.Fatalf("Event has %d fields, eventWire %d", et.NumField(), wt.NumField())
+	}
+	name := func(f reflect.StructField, tag string) string {
+		n, _, _ := strings.Cut(f.Tag.Get(tag), ",")
+		return n
+	}
+	for i := range et.NumField() {
+		ef, wf := et.Field(i), wt.Field(i)
+		if ef.Name != wf.Name {
+			t.Errorf("field %d: Event.%s, eventWire.%s", i, ef.Name, wf.Name)
+		}
+		for _, tag := range []string{"json", "msgpack"} {
+			if name(ef, tag) != name(wf, tag) {
+				t.Errorf("field %s: %s name %q in Event, %q in eventWire", ef.Name, tag, name(ef, tag), name(wf, tag))
+			}
+		}
+		if name(ef, "json") != name(ef, "msgpack") {
+			t.Errorf("field %s: json name %q, msgpack name %q", ef.Name, name(ef, "json"), name(ef, "msgpack"))
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package wire
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Subjects, streams and consumers of the NATS contract. The builders take ids
+// that [ValidateID] accepted: they do not check them, and an id with a '.',
+// '*' or '>' would change the subject's meaning. They never panic.
+const (
+	// SubjectPrefixExec is the prefix of the subjects jobs are published on,
+	// jazzmine.exec.<sandbox>.
+	SubjectPrefixExec = "jazzmine.exec"
+	// SubjectPrefixEvents is the prefix of the subjects events are
+	// published on, jazzmine.events.<execution_id>.<type>.
+	SubjectPrefixEvents = "jazzmine.events"
+	// SubjectPrefixCancel is the prefix of the subjects cancel requests are
+	// published on, jazzmine.cancel.<execution_id>.
+	SubjectPrefixCancel = "jazzmine.cancel"
+
+	// ExecWildcard matches the jobs of every sandbox: the subjects of
+	// [StreamExec].
+	ExecWildcard = SubjectPrefixExec + ".*"
+	// AllEventsWildcard matches the events of every execution: the subjects
+	// of [StreamEvents].
+	AllEventsWildcard = SubjectPrefixEvents + ".>"
+	// CancelWildcard matches the cancel requests of every execution.
+	CancelWildcard = SubjectPrefixCancel + ".*"
+
+	// StreamExec is the work-queue stream of jobs.
+	StreamExec = "JAZZMINE_EXEC"
+	// StreamEvents is the stream of execution events.
+	StreamEvents = "JAZZMINE_EVENTS"
+)
+
+// Header names of jobs and events.
+const (
+	// HeaderMsgID carries a job's execution id (the server drops a
+	// duplicate within the stream's window) and an event's [EventMsgID].
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderContentType names the encoding; see [ParseContentType].
+	HeaderContentType = "Content-Type"
+	// HeaderTraceparent carries the W3C trace context's traceparent,
+	// lowercase, on jobs and events.
+	HeaderTraceparent = "traceparent"
+	// HeaderTracestate carries the W3C trace context's tracestate,
+	// lowercase, on jobs and events.
+	HeaderTracestate = "tracestate"
+)
+
+// ExecSubject returns the subject jobs for sandbox are published on,
+// jazzmine.exec.<sandbox>. sandbox must be valid (see [ValidateID]).
+func ExecSubject(sandbox string) string {
+	return SubjectPrefixExec + "." + sandbox
+}
+
+// SandboxFromExecSubject returns the sandbox of a subject
+// jazzmine.exec.<sandbox>. The error wraps [ErrInvalidSubject], and also
+// [ErrInvalidID] when the sandbox token is not a valid name.
+func SandboxFromExecSubject(subject string) (string, error) {
+	return lastToken(subject, SubjectPrefixExec, "sandbox")
+}
+
+// ConsumerName returns the name of the durable consumer of sandbox's jobs,
+// jazzmine-<sandbox>. sandbox must be valid (see [ValidateID]).
+func ConsumerName(sandbox string) string {
+	return "jazzmine-" + sandbox
+}
+
+// EventSubject returns the subject of an event,
+// jazzmine.events.<execution_id>.<type>. executionID must be valid (see
+// [ValidateID]) and eventType one of the Event constants.
+func EventSubject(executionID, eventType string) string {
+	return SubjectPrefixEvents + "." + executionID + "." + eventType
+}
+
+// EventsWildcard returns the subject that matches every event of an
+// execution, jazzmine.events.<execution_id>.>. executionID must be valid (see
+// [ValidateID]).
+func EventsWildcard(executionID string) string {
+	return SubjectPrefixEvents + "." + executionID + ".>"
+}
+
+// CancelSubject returns the subject that cancels an execution,
+// jazzmine.cancel.<execution_id>. executionID must be valid (see
+// [ValidateID]).
+func CancelSubject(executionID string) string {
+	return SubjectPrefixCancel + "." + executionID
+}
+
+// ExecutionIDFromCancelSubject returns the execution id of a subject
+// jazzmine.cancel.<execution_id>. The error wraps [ErrInvalidSubject], and
+// also [ErrInvalidID] when the id token is not a valid id.
+func ExecutionIDFromCancelSubject(subject string) (string, error) {
+	return lastToken(subject, SubjectPrefixCancel, "execution_id")
+}
+
+// EventMsgID returns the Nats-Msg-Id of an event,
+// <execution_id>.<attempt>.<seq>, unique per event of every attempt.
+func EventMsgID(executionID string, attempt int, seq uint64) string {
+	return executionID + "." + strconv.Itoa(attempt) + "." + strconv.FormatUint(seq, 10)
+}
+
+// lastToken returns the token after prefix in subject, prefix.<token>, and
+// checks that it is a valid id.
+func lastToken(subject, prefix, kind string) (string, error) {
+	token, ok := strings.CutPrefix(subject, prefix+".")
+	if !ok {
+		return "", errorf(ErrInvalidSubject, "subject %s is not %s.<%s>", quote(subject), prefix, kind)
+	}
+	if err := ValidateID(kind, token); err != nil {
+		return "", errorf(ErrInvalidSubject, "subject %s: %w", quote(subject), err)
+	}
+	return token, nil
+}

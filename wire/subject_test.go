@@ -1,0 +1,101 @@
+package wire_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/jazzmine/worker/wire"
+)
+
+func TestSubjectBuilders(t *testing.T) {
+	tests := []struct {
+		name string
+		got  string
+		want string
+	}{
+		{name: "jobs of a sandbox go to jazzmine.exec.<sandbox>", got: wire.ExecSubject("default"), want: "jazzmine.exec.default"},
+		{name: "the exec stream covers every sandbox", got: wire.ExecWildcard, want: "jazzmine.exec.*"},
+		{name: "a sandbox's consumer is jazzmine-<sandbox>", got: wire.ConsumerName("py-data"), want: "jazzmine-py-data"},
+		{name: "an event goes to jazzmine.events.<id>.<type>", got: wire.EventSubject("exec-1", wire.EventScriptDone), want: "jazzmine.events.exec-1.script_done"},
+		{name: "an execution's events match jazzmine.events.<id>.>", got: wire.EventsWildcard("exec-1"), want: "jazzmine.events.exec-1.>"},
+		{name: "the events stream covers every execution", got: wire.AllEventsWildcard, want: "jazzmine.events.>"},
+		{name: "a cancel goes to jazzmine.cancel.<id>", got: wire.CancelSubject("exec-1"), want: "jazzmine.cancel.exec-1"},
+		{name: "workers listen on jazzmine.cancel.*", got: wire.CancelWildcard, want: "jazzmine.cancel.*"},
+		{name: "an event's message id is <id>.<attempt>.<seq>", got: wire.EventMsgID("exec-1", 2, 17), want: "exec-1.2.17"},
+		{name: "the largest seq prints in full", got: wire.EventMsgID("e", 1, 1<<64-1), want: "e.1.18446744073709551615"},
+		{name: "the job stream is JAZZMINE_EXEC", got: wire.StreamExec, want: "JAZZMINE_EXEC"},
+		{name: "the event stream is JAZZMINE_EVENTS", got: wire.StreamEvents, want: "JAZZMINE_EVENTS"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("got %q, want %q", tt.got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHeaderNames(t *testing.T) {
+	for got, want := range map[string]string{
+		wire.HeaderMsgID:       "Nats-Msg-Id",
+		wire.HeaderContentType: "Content-Type",
+		wire.HeaderTraceparent: "traceparent",
+		wire.HeaderTracestate:  "tracestate",
+	} {
+		if got != want {
+			t.Errorf("header %q, want %q", got, want)
+		}
+	}
+}
+
+func TestSubjectParsers(t *testing.T) {
+	tests := []struct {
+		name      string
+		parse     func(string) (string, error)
+		subject   string
+		want      string
+		wantIs    []error // nil when the subject is valid
+		wantNotID bool    // the error is about the shape, not the id
+	}{
+		{name: "an exec subject gives its sandbox", parse: wire.SandboxFromExecSubject, subject: "jazzmine.exec.default", want: "default"},
+		{name: "an exec subject round-trips through ExecSubject", parse: wire.SandboxFromExecSubject, subject: wire.ExecSubject("a_b-9"), want: "a_b-9"},
+		{name: "an exec subject with an extra token is rejected", parse: wire.SandboxFromExecSubject, subject: "jazzmine.exec.a.b",
+			wantIs: []error{wire.ErrInvalidSubject, wire.ErrInvalidID}},
+		{name: "an exec subject without a sandbox is rejected", parse: wire.SandboxFromExecSubject, subject: "jazzmine.exec.",
+			wantIs: []error{wire.ErrInvalidSubject, wire.ErrInvalidID}},
+		{name: "the exec prefix alone is rejected", parse: wire.SandboxFromExecSubject, subject: "jazzmine.exec",
+			wantIs: []error{wire.ErrInvalidSubject}, wantNotID: true},
+		{name: "another subject is rejected", parse: wire.SandboxFromExecSubject, subject: "jazzmine.cancel.x",
+			wantIs: []error{wire.ErrInvalidSubject}, wantNotID: true},
+		{name: "a prefix that only looks alike is rejected", parse: wire.SandboxFromExecSubject, subject: "jazzmine.execx.default",
+			wantIs: []error{wire.ErrInvalidSubject}, wantNotID: true},
+		{name: "a cancel subject gives its execution id", parse: wire.ExecutionIDFromCancelSubject, subject: "jazzmine.cancel.exec-1", want: "exec-1"},
+		{name: "a cancel subject round-trips through CancelSubject", parse: wire.ExecutionIDFromCancelSubject, subject: wire.CancelSubject("X"), want: "X"},
+		{name: "a cancel wildcard is rejected", parse: wire.ExecutionIDFromCancelSubject, subject: "jazzmine.cancel.*",
+			wantIs: []error{wire.ErrInvalidSubject, wire.ErrInvalidID}},
+		{name: "an exec subject is not a cancel subject", parse: wire.ExecutionIDFromCancelSubject, subject: "jazzmine.exec.x",
+			wantIs: []error{wire.ErrInvalidSubject}, wantNotID: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.parse(tt.subject)
+			if tt.wantIs == nil {
+				if err != nil || got != tt.want {
+					t.Fatalf("parse(%q) = %q, %v; want %q", tt.subject, got, err, tt.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("parse(%q) = %q, want an error", tt.subject, got)
+			}
+			for _, target := range tt.wantIs {
+				if !errors.Is(err, target) {
+					t.Errorf("parse(%q) = %v, want an error wrapping %v", tt.subject, err, target)
+				}
+			}
+			if tt.wantNotID && errors.Is(err, wire.ErrInvalidID) {
+				t.Errorf("parse(%q) = %v, which should not wrap ErrInvalidID", tt.subject, err)
+			}
+		})
+	}
+}
