@@ -25,8 +25,9 @@ const (
 	DefaultNanoCPUs       = 1_000_000_000
 	DefaultPIDs           = 128
 	DefaultTmpfsBytes     = 64 << 20
-	// DefaultUser is the image's non-root user the harness runs as.
-	DefaultUser = "sandbox"
+	// SandboxUID is the uid and gid of the image's non-root user "sandbox" (imagebuild
+	// creates it with this id). The harness runs as it and owns /workspace and /tmp.
+	SandboxUID = 10001
 )
 
 // Labels put on every container the pool creates.

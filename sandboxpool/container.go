@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -95,13 +94,15 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 	yes := true
 	pids := sb.PIDs
 	tmpfs := func(size int64) string {
-		return "rw,nosuid,nodev,noexec,mode=1777,size=" + strconv.FormatInt(size, 10)
+		// Docker gives a tmpfs the owner of the image's directory; uid and gid make it
+		// the sandbox user's whatever the image says.
+		return fmt.Sprintf("rw,nosuid,nodev,noexec,uid=%d,gid=%d,mode=0700,size=%d", SandboxUID, SandboxUID, size)
 	}
 	return client.ContainerCreateOptions{
 		Name: name,
 		Config: &container.Config{
 			Image:        sb.Image,
-			User:         DefaultUser,
+			User:         fmt.Sprintf("%d:%d", SandboxUID, SandboxUID),
 			Env:          env,
 			OpenStdin:    true,
 			StdinOnce:    false,

@@ -1,0 +1,115 @@
+package sandboxpool_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jazzmine/worker/harness"
+	"github.com/jazzmine/worker/sandboxpool"
+)
+
+// BenchmarkCheckout measures Checkout of a warm container (the fast path) and Release;
+// between iterations it waits, untimed, for the returned container to be reset.
+func BenchmarkCheckout(b *testing.B) {
+	p := newPool(b, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sandbox(b, "bench", 1, 0)}})
+	ctx := context.Background()
+	var checkout, release []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		l, err := p.Checkout(ctx, "bench")
+		t1 := time.Now()
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release()
+		t2 := time.Now()
+		checkout, release = append(checkout, t1.Sub(t0)), append(release, t2.Sub(t1))
+		b.StopTimer()
+		waitIdle(b, p, "bench", 1)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	report(b, "checkout", checkout)
+	report(b, "release", release)
+}
+
+// BenchmarkSpawn measures a cold start: create, attach, start and the harness's ready
+// line, through Checkout of a sandbox with no warm container.
+func BenchmarkSpawn(b *testing.B) {
+	sb := sandbox(b, "cold", 0, 1)
+	sb.MaxUses = 1
+	p := newPool(b, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sb}})
+	ctx := context.Background()
+	var lat []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		l, err := p.Checkout(ctx, "cold")
+		lat = append(lat, time.Since(t0))
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release()
+		b.StopTimer()
+		waitIdle(b, p, "cold", 0)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	report(b, "spawn", lat)
+}
+
+// BenchmarkWarmExecution measures one trivial execution as a caller sees it: checkout,
+// execute, release. The reset after release runs in the background; with one warm
+// container the next checkout waits for it, so ns/op is the full cycle.
+func BenchmarkWarmExecution(b *testing.B) {
+	for _, size := range []int{1, 2} {
+		b.Run(fmt.Sprintf("pool=%d", size), func(b *testing.B) {
+			p := newPool(b, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sandbox(b, "exec", size, 0)}})
+			ctx := context.Background()
+			var lat []time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				t0 := time.Now()
+				l, err := p.Checkout(ctx, "exec")
+				if err != nil {
+					b.Fatal(err)
+				}
+				res, err := l.Run(ctx, harness.Request{ExecutionID: fmt.Sprintf("b%d", i), Script: "emit_result(1)"}, nil)
+				l.Release()
+				lat = append(lat, time.Since(t0))
+				if err != nil || !res.Success {
+					b.Fatalf("run: %v %+v", err, res)
+				}
+			}
+			b.StopTimer()
+			report(b, "exec", lat)
+		})
+	}
+}
+
+func waitIdle(b *testing.B, p *sandboxpool.Pool, name string, idle int) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s := p.Stats().Sandboxes[name]
+		if s.Idle == idle && s.Busy == 0 && s.Starting == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("pool did not settle: %+v", s)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+func report(b *testing.B, what string, lat []time.Duration) {
+	slices.Sort(lat)
+	at := func(q float64) float64 {
+		return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(at(0.5), what+"-median-us")
+	b.ReportMetric(at(0.99), what+"-p99-us")
+}

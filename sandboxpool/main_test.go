@@ -1,0 +1,25 @@
+package sandboxpool_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if any goroutine outlives the tests. The shared Docker
+// client is closed first: its idle HTTP connections are not the pool's.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if dockerCli != nil {
+		dockerCli.Close()
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
