@@ -566,7 +566,8 @@ class Harness:
         elif kind == "reset":
             self._reset()
             self.out.send({"type": "reset_done"})
-            self.warm = self._fork()
+            if self.warm is None:
+                self.warm = self._fork()
         elif kind == "ping":
             self.out.send({"type": "pong", "version": HARNESS_VERSION})
         elif kind == "cancel":
@@ -697,30 +698,36 @@ class Harness:
     # -- reset ------------------------------------------------------------------------
 
     def _reset(self):
-        self._kill_child(self.warm)
-        self.warm = None
+        """Kills what earlier executions left and wipes the scratch directories.
+
+        The warm child survives: it was forked after the last execution's leftovers were
+        killed, has run no script, and is not dumpable, so no other process of our uid
+        could ptrace it or reach its memory or file descriptors meanwhile.
+        """
         self._kill_leftovers()
         _wipe(WORKSPACE)
         _wipe(TMPDIR)
 
     def _kill_leftovers(self):
-        me = os.getpid()
-        for _ in range(100):
-            if IN_CONTAINER:
-                # Every other process of the PID namespace but us and PID 1: catches a
-                # script's setsid double fork, which leaves every group we know of.
+        if not IN_CONTAINER:
+            self._kill_descendants()
+            return
+        # Every other process of the PID namespace but us, PID 1 and the warm child:
+        # catches anything that escaped our subtree, though subreaping should leave none.
+        me, uid = os.getpid(), os.getuid()
+        keep = {1, me, self.warm.pid if self.warm else None}
+        for _ in range(1000):
+            others = [p for p in _proc_pids() if p not in keep and _uid_of(p) == uid and not _is_zombie(p)]
+            if not others:
+                break
+            for p in others:
                 try:
-                    os.kill(-1, signal.SIGKILL)
+                    os.kill(p, signal.SIGKILL)
                 except OSError:
                     pass
-                others = [p for p in _proc_pids() if p not in (1, me) and _uid_of(p) == os.getuid()]
-                self._reap()
-                if not [p for p in others if not _is_zombie(p)]:
-                    return
-                time.sleep(0.002)
-            else:
-                self._kill_descendants()
-                return
+            self._reap()
+            time.sleep(0.0005)
+        self._reap()
 
     def _kill_descendants(self):
         """Kills what earlier children left behind: with PR_SET_CHILD_SUBREAPER every
