@@ -27,7 +27,7 @@ import inspect
 import io
 import json
 import os
-import selectors
+import select
 import shutil
 import signal
 import stat
@@ -192,25 +192,23 @@ class _ChildIO:
         self.lock = threading.Lock()
         self.dumps = json.dumps  # captured before the script can replace json.dumps
 
-    def send(self, event):
+    def send(self, event, what=None):
+        """Writes one event line. what names the data for the error when it is not JSON."""
+        try:
+            line = (self.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "surrogatepass")
+        except (TypeError, ValueError) as e:
+            if what is None:
+                raise
+            raise TypeError("%s must be JSON-serializable: %s" % (what, e)) from None
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()  # what the script printed before this event goes first
             except Exception:
                 pass
-        line = (self.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "surrogatepass")
         with self.lock:
             view = memoryview(line)
             while view:
                 view = view[os.write(self.fd, view):]
-
-
-def _json_ready(value, what):
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError) as e:
-        raise TypeError("%s must be JSON-serializable: %s" % (what, e)) from None
-    return value
 
 
 def _helpers(io_, mode):
@@ -220,14 +218,12 @@ def _helpers(io_, mode):
         """Returns data as the execution's final result. Call it once."""
         if state["result"]:
             raise RuntimeError("emit_result() may be called only once per execution")
-        _json_ready(data, "emit_result data")
+        io_.send({"type": "final_result", "data": data}, "emit_result data")
         state["result"] = True
-        io_.send({"type": "final_result", "data": data})
 
     def emit_intermediate(label, data=None):
         """Streams a partial result to the agent while the script runs."""
-        _json_ready(data, "emit_intermediate data")
-        io_.send({"type": "intermediate", "label": str(label), "data": data})
+        io_.send({"type": "intermediate", "label": str(label), "data": data}, "emit_intermediate data")
 
     def emit_log(message, level="info"):
         """Sends a diagnostic message without affecting the result."""
@@ -282,9 +278,11 @@ def _child_main(req_fd, ev_fd, out_fd, err_fd, tools):
 
         # Warm up while waiting for the request: a dry run through the same code faults
         # in the copy-on-write pages that a real run touches, off the critical path.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        _run_script(_ChildIO(devnull), json.loads(_WARM_UP_REQUEST), tools)
-        os.close(devnull)
+        # Skipped when the request is already waiting: then it would only delay it.
+        if not select.select([req_fd], [], [], 0)[0]:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            _run_script(_ChildIO(devnull), json.loads(_WARM_UP_REQUEST), tools)
+            os.close(devnull)
 
         request = _read_request(req_fd)
         os.close(req_fd)
@@ -373,6 +371,15 @@ class Child:
         except (AttributeError, OSError):
             pass
         self.status = None  # waitpid status once reaped
+        # Prepared here, at fork time, off the critical path of the execution.
+        self.poll = select.poll()
+        self.names = {}
+        for name, fd in self.fds.items():
+            self.poll.register(fd, select.POLLIN)
+            self.names[fd] = name
+        if self.pidfd is not None:
+            self.poll.register(self.pidfd, select.POLLIN)
+            self.names[self.pidfd] = "exit"
 
     def close(self):
         for fd in [self.req_w, self.pidfd, *self.fds.values()]:
@@ -501,7 +508,10 @@ class Harness:
         self.tools = {}
         self.tool_errors = []
         self.warm = None  # the next child, forked ahead of its request
-        self.sel = selectors.DefaultSelector()
+        # The cgroup's OOM-kill count when no script was running: a script killed by
+        # SIGKILL while it rose ran out of memory. Read off the critical path.
+        self.oom_kills = None
+        self.idle_poll = select.poll()
         self.eof = False
 
     # -- startup ----------------------------------------------------------------------
@@ -514,7 +524,8 @@ class Harness:
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self.tools, self.tool_errors = load_tools(TOOLS_DIR)
         _nonblock(self.in_fd)
-        self.sel.register(self.in_fd, selectors.EVENT_READ, "stdin")
+        self.idle_poll.register(self.in_fd, select.POLLIN)
+        self.oom_kills = _oom_kills()
         gc.collect()
         gc.freeze()  # the children never touch the parent's objects' GC headers
         self.warm = self._fork()
@@ -538,7 +549,6 @@ class Harness:
         if pid == 0:
             for fd in (req_w, ev_r, out_r, err_r, self.in_fd):
                 os.close(fd)
-            self.sel = None
             _child_main(req_r, ev_w, out_w, err_w, self.tools)
         for fd in (req_r, ev_w, out_w, err_w):
             os.close(fd)
@@ -582,7 +592,7 @@ class Harness:
             return
         if not data:
             self.eof = True
-            self.sel.unregister(self.in_fd)
+            self.idle_poll.unregister(self.in_fd)
             return
         self.inbuf += data
         while b"\n" in self.inbuf:
@@ -596,6 +606,8 @@ class Harness:
             except ValueError as e:
                 self.out.send({"type": "log", "level": "warning", "message": "harness: ignored a malformed request: %s" % e})
                 continue
+            if req.get("type") == "execute":
+                req["_raw"] = line  # forwarded to the child as it came, not encoded again
             self.pending.append(req)
 
     def _next_request(self, timeout):
@@ -603,9 +615,8 @@ class Harness:
             return self.pending.pop(0)
         if self.eof:
             return None
-        for key, _ in self.sel.select(timeout):
-            if key.data == "stdin":
-                self._read_stdin()
+        if self.idle_poll.poll(None if timeout is None else int(timeout * 1000)):
+            self._read_stdin()
         return self.pending.pop(0) if self.pending else None
 
     # -- execute ----------------------------------------------------------------------
@@ -636,14 +647,8 @@ class Harness:
         self.warm = self._fork()
 
     def _dispatch(self, child, req):
-        payload = {
-            "script": req.get("script", ""),
-            "timeout": req.get("timeout"),
-            "mode": req.get("mode"),
-            "traceparent": req.get("traceparent"),
-            "tracestate": req.get("tracestate"),
-        }
-        data = (json.dumps(payload) + "\n").encode()
+        raw = req.get("_raw")
+        data = raw + b"\n" if raw is not None else (json.dumps(req) + "\n").encode()
         try:
             view = memoryview(data)
             while view:
@@ -707,6 +712,7 @@ class Harness:
         self._kill_leftovers()
         _wipe(WORKSPACE)
         _wipe(TMPDIR)
+        self.oom_kills = _oom_kills()
 
     def _kill_leftovers(self):
         if not IN_CONTAINER:
@@ -827,65 +833,55 @@ class Run:
 
     def supervise(self, child):
         h = self.h
-        sel = selectors.DefaultSelector()
-        for name, fd in child.fds.items():
-            sel.register(fd, selectors.EVENT_READ, name)
-        if child.pidfd is not None:
-            sel.register(child.pidfd, selectors.EVENT_READ, "exit")
+        poll = child.poll
         if not h.eof:
-            sel.register(h.in_fd, selectors.EVENT_READ, "stdin")
-        oom_before = _oom_kills()
+            poll.register(h.in_fd, select.POLLIN)
+            child.names[h.in_fd] = "stdin"
         started = time.monotonic()
-        soft = started + self.timeout
-        hard = soft + HARD_KILL_GRACE
+        hard = started + self.timeout + HARD_KILL_GRACE
         exited = False
         self._during_run()  # requests that arrived together with the execute
+        while not self.finished and not exited and self.killed is None:
+            wait = hard - time.monotonic()
+            if wait <= 0:
+                self.killed = "timeout"
+                break
+            timeout_ms = min(wait, 0.25) if child.pidfd is None else wait
+            for fd, _ in poll.poll(max(1, int(timeout_ms * 1000))):
+                what = child.names.get(fd)
+                if what == "stdin":
+                    self._stdin(child)
+                elif what == "exit":
+                    exited = True
+                elif what == "event":
+                    self._drain_text(child)  # output written before the event comes first
+                    self._read_events(child)
+                elif what is not None:
+                    self._read_text(child, what)
+            if child.pidfd is None and not exited:
+                exited = self._poll_exit(child)
+            if self.over_limit and self.killed is None:
+                self.killed = "output_limit"
+        # Stop everything of this execution, then relay what was already written.
+        self.h._kill_group(child.pid)
         try:
-            while not self.finished and not exited and self.killed is None:
-                wait = hard - time.monotonic()
-                if wait <= 0:
-                    self.killed = "timeout"
-                    break
-                for key, _ in sel.select(min(wait, 0.25) if child.pidfd is None else wait):
-                    what = key.data
-                    if what == "stdin":
-                        self._stdin(sel)
-                    elif what == "exit":
-                        exited = True
-                    elif what == "event":
-                        self._drain_text(child)  # output written before the event comes first
-                        self._read_events(child)
-                    else:
-                        self._read_text(child, what)
-                if child.pidfd is None and not exited:
-                    exited = self._poll_exit(child)
-                if self.over_limit and self.killed is None:
-                    self.killed = "output_limit"
-            if self.killed is not None or exited or self.finished:
-                # Stop everything of this execution, then relay what was already written.
-                self.h._kill_group(child.pid)
-                try:
-                    os.kill(child.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                self._drain_text(child)
-                self._read_events(child)
-                self._drain_text(child)
-        finally:
-            sel.close()
+            os.kill(child.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self._drain_text(child)
+        self._read_events(child)
+        self._drain_text(child)
         # A child that said it was done exited 0 as far as the script is concerned; it is
         # reaped after script_done, off the critical path.
         status = 0 if self.finished and self.killed is None else self._wait(child)
-        self._conclude(child, status, oom_before)
+        self._conclude(child, status)
 
-    def _stdin(self, sel):
+    def _stdin(self, child):
         h = self.h
         h._read_stdin()
         if h.eof:
-            try:
-                sel.unregister(h.in_fd)
-            except (KeyError, ValueError):
-                pass
+            child.poll.unregister(h.in_fd)
+            child.names.pop(h.in_fd, None)
         self._during_run()
 
     def _during_run(self):
@@ -942,6 +938,10 @@ class Run:
     def _close_fd(self, child, name):
         fd = child.fds.pop(name, None)
         if fd is not None:
+            try:
+                child.poll.unregister(fd)
+            except KeyError:
+                pass
             try:
                 os.close(fd)
             except OSError:
@@ -1014,7 +1014,7 @@ class Run:
         child.status = status
         return status
 
-    def _conclude(self, child, status, oom_before):
+    def _conclude(self, child, status):
         code = sig = None
         for stream, dec in self.decoders.items():
             tail = dec.decode(b"", final=True)
@@ -1036,7 +1036,8 @@ class Run:
         elif not self.finished and not self.error:
             # The child ended without saying it was done: os._exit, a signal, OOM.
             if sig is not None:
-                oom_after = _oom_kills()
+                oom_before, oom_after = self.h.oom_kills, _oom_kills()
+                self.h.oom_kills = oom_after
                 if sig == signal.SIGKILL and oom_before is not None and oom_after is not None and oom_after > oom_before:
                     self.emit({"type": "error", "kind": "oom", "error": "Script was killed: out of memory"})
                 else:
