@@ -1,0 +1,316 @@
+package imagebuild
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/build"
+	"github.com/moby/moby/api/types/jsonstream"
+	"github.com/moby/moby/client"
+	"golang.org/x/sync/singleflight"
+)
+
+// builderChatter matches the classic builder's bookkeeping lines (intermediate
+// containers and layer ids): kept in the log tail, left out of progress output.
+var builderChatter = regexp.MustCompile(`^( ---> (Running in |Using cache$|[0-9a-f]{12}$)|Removing intermediate container )`)
+
+func isBuilderChatter(line string) bool { return builderChatter.MatchString(line) }
+
+// logTailLines is the number of build log lines a BuildError keeps.
+const logTailLines = 50
+
+// BuilderConfig configures a Builder.
+type BuilderConfig struct {
+	// Docker is the engine to build on (see Connect). Required.
+	Docker Docker
+	// Logger receives one record per build and per reused image; nil discards.
+	Logger *slog.Logger
+	// Progress receives the build output as human-readable lines, each prefixed
+	// with "imagebuild: <sandbox>: "; nil means no progress output. Writes are
+	// serialised, one line each.
+	Progress io.Writer
+}
+
+// Builder ensures that the image of a sandbox exists, building it when its
+// checksum has no image yet. It is safe for concurrent use; concurrent callers
+// for the same image share one build.
+type Builder struct {
+	docker   Docker
+	log      *slog.Logger
+	flights  singleflight.Group
+	mu       sync.Mutex // guards progress
+	progress io.Writer
+}
+
+// Image is a sandbox's image as Ensure found or built it.
+type Image struct {
+	// Tag is jazzmine-sandbox-<name>:<first 16 hex characters of Checksum>.
+	Tag string
+	// Checksum is the full checksum (see Checksum), also the image's
+	// jazzmine.checksum label.
+	Checksum string
+	// ID is the image's id ("sha256:...").
+	ID string
+	// Built is true when this call built the image (or shared the build that did).
+	Built bool
+}
+
+// BuildError is a failed image build, with the end of its build log.
+type BuildError struct {
+	// Sandbox is the sandbox's name.
+	Sandbox string
+	// Tag is the tag the build was to produce.
+	Tag string
+	// LogTail are the last lines (at most 50) of the build's output.
+	LogTail []string
+	// Err is the error the engine reported, or why the build could not run.
+	Err error
+}
+
+// Error returns the sandbox, the tag, the cause and the log tail, one line each.
+func (e *BuildError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "build image %s of sandbox %q: %v", e.Tag, e.Sandbox, e.Err)
+	if len(e.LogTail) > 0 {
+		fmt.Fprintf(&b, "\nlast %d lines of the build log:", len(e.LogTail))
+		for _, l := range e.LogTail {
+			b.WriteString("\n  ")
+			b.WriteString(l)
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns Err.
+func (e *BuildError) Unwrap() error { return e.Err }
+
+// NewBuilder returns a Builder. It fails when cfg.Docker is nil.
+func NewBuilder(cfg BuilderConfig) (*Builder, error) {
+	if cfg.Docker == nil {
+		return nil, errors.New("imagebuild: BuilderConfig.Docker is required (see Connect)")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Builder{docker: cfg.Docker, log: log, progress: cfg.Progress}, nil
+}
+
+// Ensure returns the image of spec, building it if no image has its tag yet: an
+// unchanged checksum never rebuilds. The base image must exist locally (nothing
+// is pulled). A failed build returns a *BuildError.
+//
+// ctx limits how long the caller waits. A build already under way goes on when
+// the caller gives up, so that the next caller finds the image; concurrent
+// callers of one tag share a single build.
+func (b *Builder) Ensure(ctx context.Context, spec *Spec) (Image, error) {
+	base, err := b.docker.ImageInspect(ctx, spec.BaseImage)
+	if err != nil {
+		if errdefs.IsNotFound(err) && spec.BaseImage == DefaultBaseImage {
+			return Image{}, fmt.Errorf("sandbox %q: base image %q not found: build it with \"make base-image\"", spec.Name, spec.BaseImage)
+		}
+		if errdefs.IsNotFound(err) {
+			return Image{}, fmt.Errorf("sandbox %q: base image %q not found: build or load it on this host (images are never pulled)", spec.Name, spec.BaseImage)
+		}
+		return Image{}, fmt.Errorf("sandbox %q: inspect base image %q: %w", spec.Name, spec.BaseImage, err)
+	}
+	sum := Checksum(spec, base.ID)
+	img := Image{Tag: Tag(spec.Name, sum), Checksum: sum}
+
+	id, err := b.lookup(ctx, img.Tag)
+	if err != nil {
+		return Image{}, fmt.Errorf("sandbox %q: %w", spec.Name, err)
+	}
+	if id != "" {
+		img.ID = id
+		b.log.Debug("sandbox image up to date", "sandbox", spec.Name, "tag", img.Tag)
+		return img, nil
+	}
+
+	buildCtx := context.WithoutCancel(ctx)
+	ch := b.flights.DoChan(img.Tag, func() (any, error) {
+		return b.build(buildCtx, spec, img)
+	})
+	select {
+	case <-ctx.Done():
+		return Image{}, fmt.Errorf("sandbox %q: wait for the build of %s: %w", spec.Name, img.Tag, ctx.Err())
+	case res := <-ch:
+		if res.Err != nil {
+			return Image{}, res.Err
+		}
+		return res.Val.(Image), nil
+	}
+}
+
+// EnsureAll ensures the image of every sandbox of cfg, one after another in name
+// order. It returns the images it has, by sandbox name, and every error, joined.
+func (b *Builder) EnsureAll(ctx context.Context, cfg *Config) (map[string]Image, error) {
+	images := map[string]Image{}
+	var errs []error
+	for _, name := range cfg.Names() {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		img, err := b.Ensure(ctx, cfg.Sandboxes[name])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		images[name] = img
+	}
+	return images, errors.Join(errs...)
+}
+
+// lookup returns the id of the image tagged tag, or "" if there is none.
+func (b *Builder) lookup(ctx context.Context, tag string) (string, error) {
+	res, err := b.docker.ImageInspect(ctx, tag)
+	if errdefs.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("inspect image %s: %w", tag, err)
+	}
+	return res.ID, nil
+}
+
+// build runs one image build; it is the function of a flight.
+func (b *Builder) build(ctx context.Context, spec *Spec, img Image) (Image, error) {
+	// A build of this tag may have finished between the caller's lookup and
+	// this flight.
+	if id, err := b.lookup(ctx, img.Tag); err != nil {
+		return Image{}, fmt.Errorf("sandbox %q: %w", spec.Name, err)
+	} else if id != "" {
+		img.ID = id
+		return img, nil
+	}
+	fail := func(tail []string, err error) (Image, error) {
+		return Image{}, &BuildError{Sandbox: spec.Name, Tag: img.Tag, LogTail: tail, Err: err}
+	}
+	tarball, err := buildContext(spec, img.Checksum)
+	if err != nil {
+		return fail(nil, err)
+	}
+	b.log.Info("building sandbox image", "sandbox", spec.Name, "tag", img.Tag, "context_bytes", len(tarball))
+	start := time.Now()
+	res, err := b.docker.ImageBuild(ctx, bytes.NewReader(tarball), client.ImageBuildOptions{
+		Tags:        []string{img.Tag},
+		Dockerfile:  "Dockerfile",
+		Remove:      true,
+		ForceRemove: true,
+		PullParent:  false,
+		Version:     build.BuilderV1,
+	})
+	if err != nil {
+		return fail(nil, err)
+	}
+	out := &buildOutput{sandbox: spec.Name, b: b}
+	err = out.read(res.Body)
+	_ = res.Body.Close()
+	if err != nil {
+		return fail(out.tail, err)
+	}
+	id, err := b.lookup(ctx, img.Tag)
+	if err == nil && id == "" {
+		err = errors.New("the build ended without an image of that tag")
+	}
+	if err != nil {
+		return fail(out.tail, err)
+	}
+	img.ID, img.Built = id, true
+	b.log.Info("built sandbox image", "sandbox", spec.Name, "tag", img.Tag, "id", id,
+		"duration", time.Since(start).Round(time.Millisecond))
+	return img, nil
+}
+
+// buildOutput reads a build's JSON message stream: it writes progress lines and
+// keeps the last lines of the log.
+type buildOutput struct {
+	sandbox string
+	b       *Builder
+	partial string // an unterminated line, waiting for the rest
+	tail    []string
+}
+
+// buildMessage is one message of the stream; old engines also send the error as
+// a plain "error" string.
+type buildMessage struct {
+	jsonstream.Message
+	ErrorText string `json:"error,omitempty"`
+}
+
+// read consumes the stream; it returns the build's error, if it reports one.
+func (o *buildOutput) read(r io.Reader) error {
+	dec := json.NewDecoder(r)
+	defer o.flush()
+	for {
+		var m buildMessage
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read the build output: %w", err)
+		}
+		if m.Error != nil || m.ErrorText != "" {
+			o.flush()
+			msg := m.ErrorText
+			if m.Error != nil && m.Error.Message != "" {
+				msg = m.Error.Message
+			}
+			o.line("ERROR: " + msg)
+			return errors.New(strings.TrimSpace(msg))
+		}
+		switch {
+		case m.Stream != "":
+			o.write(m.Stream)
+		case m.Status != "" && m.Progress == nil:
+			o.flush()
+			o.line(strings.TrimSpace(m.ID + " " + m.Status))
+		}
+	}
+}
+
+// write adds stream text, which need not end at a line's end.
+func (o *buildOutput) write(s string) {
+	s = o.partial + strings.ReplaceAll(s, "\r", "\n")
+	lines := strings.Split(s, "\n")
+	o.partial = lines[len(lines)-1]
+	for _, l := range lines[:len(lines)-1] {
+		o.line(l)
+	}
+}
+
+func (o *buildOutput) flush() {
+	if o.partial != "" {
+		o.line(o.partial)
+		o.partial = ""
+	}
+}
+
+// line records one complete line of output.
+func (o *buildOutput) line(l string) {
+	l = strings.TrimRight(l, " \t")
+	if strings.TrimSpace(l) == "" {
+		return
+	}
+	if len(o.tail) == logTailLines {
+		copy(o.tail, o.tail[1:])
+		o.tail = o.tail[:logTailLines-1]
+	}
+	o.tail = append(o.tail, l)
+	if o.b.progress != nil && !isBuilderChatter(l) {
+		o.b.mu.Lock()
+		fmt.Fprintf(o.b.progress, "imagebuild: %s: %s\n", o.sandbox, l)
+		o.b.mu.Unlock()
+	}
+}
