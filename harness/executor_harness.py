@@ -156,6 +156,7 @@ def load_tools(directory):
     tools, errors = {}, []
     if not directory or not os.path.isdir(directory):
         return tools, errors
+    directory = os.path.abspath(directory)  # co_filename below is compared to absolute paths
     for name in sorted(os.listdir(directory)):
         if not name.endswith(".py") or name.startswith("."):
             continue

@@ -17,14 +17,41 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/jazzmine/worker/harness"
+	"github.com/jazzmine/worker/imagebuild"
 	"github.com/jazzmine/worker/sandboxpool"
 )
 
-// testImage is the sandbox image the tests run.
+var (
+	imageOnce sync.Once
+	imageTag  string
+	imageErr  error
+)
+
+// testImage is the image of the example config's "default" sandbox, built (once, and
+// only when its checksum changed) by imagebuild from the base image.
 func testImage(t testing.TB) string {
 	t.Helper()
-	docker(t)
-	return "jazzmine-dev-sandbox:latest"
+	cli := docker(t)
+	imageOnce.Do(func() {
+		cfg, err := imagebuild.LoadConfig("../examples/config.yaml")
+		if err != nil {
+			imageErr = err
+			return
+		}
+		b, err := imagebuild.NewBuilder(imagebuild.BuilderConfig{Docker: cli, Progress: os.Stderr})
+		if err != nil {
+			imageErr = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		img, err := b.Ensure(ctx, cfg.Sandboxes["default"])
+		imageTag, imageErr = img.Tag, err
+	})
+	if imageErr != nil {
+		t.Fatalf("build the example sandbox image: %v", imageErr)
+	}
+	return imageTag
 }
 
 func sandbox(t testing.TB, name string, poolSize, overflow int) sandboxpool.Sandbox {
