@@ -13,7 +13,7 @@ import (
 // Jobs arrive a few milliseconds apart (the gap is not timed), as they do from agents,
 // so the harness has forked the next child by then. It reports the median and p99.
 func BenchmarkExecuteTrivial(b *testing.B) {
-	for _, gap := range []time.Duration{0, 3 * time.Millisecond} {
+	for _, gap := range []time.Duration{0, 3 * time.Millisecond, 5 * time.Millisecond} {
 		b.Run(fmt.Sprintf("gap=%v", gap), func(b *testing.B) {
 			h := startHarness(b, nil)
 			var e Executor

@@ -113,3 +113,31 @@ func report(b *testing.B, what string, lat []time.Duration) {
 	b.ReportMetric(at(0.5), what+"-median-us")
 	b.ReportMetric(at(0.99), what+"-p99-us")
 }
+
+// BenchmarkRunInContainer measures executions through one checked-out container's
+// attached stream, jobs a few milliseconds apart (untimed), without reset: the cost of
+// the Docker attach path over the local harness benchmark.
+func BenchmarkRunInContainer(b *testing.B) {
+	p := newPool(b, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sandbox(b, "attach", 1, 0)}})
+	ctx := context.Background()
+	l, err := p.Checkout(ctx, "attach")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Release()
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		time.Sleep(3 * time.Millisecond)
+		b.StartTimer()
+		t0 := time.Now()
+		res, err := l.Run(ctx, harness.Request{ExecutionID: fmt.Sprintf("r%d", i), Script: "emit_result(1)"}, nil)
+		lat = append(lat, time.Since(t0))
+		if err != nil || !res.Success {
+			b.Fatalf("run: %v %+v", err, res)
+		}
+	}
+	b.StopTimer()
+	report(b, "run", lat)
+}

@@ -119,7 +119,10 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 			},
 		},
 		HostConfig: &container.HostConfig{
-			NetworkMode:    network,
+			NetworkMode: network,
+			// The protocol is read from the attached stream; a logging driver would only
+			// copy every line to the host's disk, where an output flood could fill it.
+			LogConfig:      container.LogConfig{Type: "none"},
 			ReadonlyRootfs: true,
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges"},
