@@ -47,6 +47,9 @@ HARD_KILL_GRACE = 1.0
 # by a well-behaved harness.
 OUTPUT_RESERVE = 4096
 
+# Longest wait, on reset, for the next child to finish warming up.
+WARM_WAIT = 0.5
+
 # Largest stdout/stderr chunk emitted as one event.
 CHUNK_BYTES = 32 * 1024
 
@@ -284,6 +287,7 @@ def _child_main(req_fd, ev_fd, out_fd, err_fd, tools):
             devnull = os.open(os.devnull, os.O_WRONLY)
             _run_script(_ChildIO(devnull), json.loads(_WARM_UP_REQUEST), tools)
             os.close(devnull)
+        os.write(ev_fd, b'{"type":"_warm"}\n')
 
         request = _read_request(req_fd)
         os.close(req_fd)
@@ -372,6 +376,8 @@ class Child:
         except (AttributeError, OSError):
             pass
         self.status = None  # waitpid status once reaped
+        self.evbuf = b""  # event bytes read but not yet parsed
+        self.is_warm = False
         # Prepared here, at fork time, off the critical path of the execution.
         self.poll = select.poll()
         self.names = {}
@@ -593,15 +599,36 @@ class Harness:
             self._execute(req)
         elif kind == "reset":
             self._reset()
-            self.out.send({"type": "reset_done"})
             if self.warm is None:
                 self.warm = self._fork()
+            # reset_done means ready: the next execute finds a warmed-up child.
+            self._await_warm(self.warm, WARM_WAIT)
+            self.out.send({"type": "reset_done"})
         elif kind == "ping":
             self.out.send({"type": "pong", "version": HARNESS_VERSION})
         elif kind == "cancel":
             pass  # nothing is running: a late cancel is harmless
         else:
             self.out.send({"type": "log", "level": "warning", "message": "harness: unknown request type %r" % (kind,)})
+
+    def _await_warm(self, child, timeout):
+        """Waits until child has warmed up, at most timeout seconds."""
+        fd = child.fds.get("event")
+        deadline = time.monotonic() + timeout
+        while not child.is_warm and fd is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return
+            try:
+                data = os.read(fd, 1 << 16)
+            except (BlockingIOError, InterruptedError):
+                continue
+            if not data:
+                return
+            child.evbuf += data
+            if b'{"type":"_warm"}\n' in child.evbuf:
+                child.evbuf = child.evbuf.replace(b'{"type":"_warm"}\n', b"", 1)
+                child.is_warm = True
 
     def _read_stdin(self):
         try:
@@ -794,7 +821,6 @@ class Run:
             "stdout": codecs.getincrementaldecoder("utf-8")(errors="replace"),
             "stderr": codecs.getincrementaldecoder("utf-8")(errors="replace"),
         }
-        self.evbuf = b""
         self.result = False
         self.error = False
         self.finished = False  # the child said it is done
@@ -977,9 +1003,9 @@ class Run:
             if not data:
                 self._close_fd(child, "event")
                 break
-            self.evbuf += data
-        while b"\n" in self.evbuf:
-            line, self.evbuf = self.evbuf.split(b"\n", 1)
+            child.evbuf += data
+        while b"\n" in child.evbuf:
+            line, child.evbuf = child.evbuf.split(b"\n", 1)
             self._child_event(line)
 
     def _child_event(self, line):
@@ -991,6 +1017,8 @@ class Run:
             return
         if kind == "_done":
             self.finished = True
+            return
+        if kind == "_warm":
             return
         if kind not in CHILD_EVENT_TYPES:
             self.emit_limited({"type": "log", "level": "warning", "message": "harness: dropped an event of unknown type %r from the script" % (kind,)})

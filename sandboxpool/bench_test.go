@@ -66,7 +66,7 @@ func BenchmarkSpawn(b *testing.B) {
 // execute, release. The reset after release runs in the background; with one warm
 // container the next checkout waits for it, so ns/op is the full cycle.
 func BenchmarkWarmExecution(b *testing.B) {
-	for _, size := range []int{1, 2} {
+	for _, size := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("pool=%d", size), func(b *testing.B) {
 			p := newPool(b, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sandbox(b, "exec", size, 0)}})
 			ctx := context.Background()
