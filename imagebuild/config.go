@@ -77,6 +77,8 @@ type Config struct {
 	Sandboxes map[string]*Spec
 	// Dir is the absolute directory relative paths in the file were resolved against.
 	Dir string
+	// Worker is the file's "worker" section, left undecoded: package worker owns it.
+	Worker yaml.Node
 }
 
 // Spec is one sandbox: what its image holds and how its containers run.
@@ -229,6 +231,7 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 		HostPathMap: map[string]string{},
 		Sandboxes:   map[string]*Spec{},
 		Dir:         absDir,
+		Worker:      file.Worker,
 	}
 	if cfg.Secrets == nil {
 		cfg.Secrets = map[string]string{}
@@ -293,6 +296,7 @@ func (c *Config) HostPath(path string) string {
 // fileYAML and the types below mirror the file; pointers tell a field left out
 // (the default) from one given as zero (validated).
 type fileYAML struct {
+	Worker      yaml.Node            `yaml:"worker"`
 	Secrets     map[string]string    `yaml:"secrets"`
 	HostPathMap map[string]string    `yaml:"host_path_map"`
 	Sandboxes   map[string]*specYAML `yaml:"sandboxes"`

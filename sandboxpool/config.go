@@ -21,6 +21,7 @@ const (
 	DefaultReadyTimeout   = 30 * time.Second
 	DefaultResetTimeout   = 5 * time.Second
 	DefaultHealthInterval = 30 * time.Second
+	DefaultReapMinAge     = time.Minute
 	DefaultMemoryBytes    = 512 << 20
 	DefaultNanoCPUs       = 1_000_000_000
 	DefaultPIDs           = 128
@@ -176,6 +177,10 @@ type Config struct {
 	// worker it reports dead are removed. Nil means other workers' containers are never
 	// removed.
 	WorkerAlive func(ctx context.Context, workerID string) (bool, error)
+	// ReapMinAge spares containers younger than this from the reaper, so that a worker
+	// that is still starting (its liveness not yet recorded) keeps its containers;
+	// zero means DefaultReapMinAge.
+	ReapMinAge time.Duration
 	// Executor runs executions for Lease.Run; nil means a zero harness.Executor.
 	Executor *harness.Executor
 	// ResetTimeout bounds a reset on return; zero means DefaultResetTimeout.

@@ -2,42 +2,17 @@ package sandboxpool_test
 
 import (
 	"context"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/client"
 
+	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/sandboxpool"
 )
 
-var (
-	dockerOnce sync.Once
-	dockerCli  *client.Client
-	dockerErr  error
-)
-
-// docker returns a client for the local engine. Without one the test is skipped, or
-// fails when JAZZMINE_REQUIRE_DOCKER=1 (as in CI).
-func docker(t testing.TB) *client.Client {
-	t.Helper()
-	dockerOnce.Do(func() {
-		dockerCli, dockerErr = client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-		if dockerErr == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, dockerErr = dockerCli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
-		}
-	})
-	if dockerErr != nil {
-		if os.Getenv("JAZZMINE_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("Docker is required (JAZZMINE_REQUIRE_DOCKER=1) but unreachable: %v", dockerErr)
-		}
-		t.Skipf("no Docker engine: %v", dockerErr)
-	}
-	return dockerCli
-}
+// docker is the local engine (see testenv.Docker).
+func docker(t testing.TB) *client.Client { return testenv.Docker(t) }
 
 // containersOf lists the containers, running or not, labelled with the worker id.
 func containersOf(t testing.TB, workerID string) []string {

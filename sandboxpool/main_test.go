@@ -6,15 +6,15 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/jazzmine/worker/internal/testenv"
 )
 
 // TestMain fails the package if any goroutine outlives the tests. The shared Docker
 // client is closed first: its idle HTTP connections are not the pool's.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if dockerCli != nil {
-		dockerCli.Close()
-	}
+	testenv.CloseDocker()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

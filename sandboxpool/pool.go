@@ -85,6 +85,9 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.HealthInterval == 0 {
 		cfg.HealthInterval = DefaultHealthInterval
 	}
+	if cfg.ReapMinAge == 0 {
+		cfg.ReapMinAge = DefaultReapMinAge
+	}
 	p := &Pool{cfg: cfg, log: cfg.Logger, exe: cfg.Executor, sandboxes: map[string]*sandbox{}, all: map[string]*ctr{}, stopLoop: make(chan struct{})}
 	if p.log == nil {
 		p.log = slog.Default()

@@ -17,42 +17,12 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/jazzmine/worker/harness"
-	"github.com/jazzmine/worker/imagebuild"
+	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/sandboxpool"
 )
 
-var (
-	imageOnce sync.Once
-	imageTag  string
-	imageErr  error
-)
-
-// testImage is the image of the example config's "default" sandbox, built (once, and
-// only when its checksum changed) by imagebuild from the base image.
-func testImage(t testing.TB) string {
-	t.Helper()
-	cli := docker(t)
-	imageOnce.Do(func() {
-		cfg, err := imagebuild.LoadConfig("../examples/config.yaml")
-		if err != nil {
-			imageErr = err
-			return
-		}
-		b, err := imagebuild.NewBuilder(imagebuild.BuilderConfig{Docker: cli, Progress: os.Stderr})
-		if err != nil {
-			imageErr = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		img, err := b.Ensure(ctx, cfg.Sandboxes["default"])
-		imageTag, imageErr = img.Tag, err
-	})
-	if imageErr != nil {
-		t.Fatalf("build the example sandbox image: %v", imageErr)
-	}
-	return imageTag
-}
+// testImage is the image of the example config's "default" sandbox.
+func testImage(t testing.TB) string { return testenv.SandboxImage(t).Tag }
 
 func sandbox(t testing.TB, name string, poolSize, overflow int) sandboxpool.Sandbox {
 	return sandboxpool.Sandbox{Name: name, Image: testImage(t), PoolSize: poolSize, MaxOverflow: overflow, ReadyTimeout: 60 * time.Second}
@@ -345,10 +315,19 @@ func TestOrphansOfDeadWorkersAreReapedAndLiveWorkersAreNot(t *testing.T) {
 		docker(t).ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
 	})
 	live := newPool(t, sandboxpool.Config{WorkerID: fmt.Sprintf("live-%d", time.Now().UnixNano()), Sandboxes: []sandboxpool.Sandbox{sandbox(t, "o", 1, 0)}})
+	// A worker that may still be starting keeps its young containers.
+	newPool(t, sandboxpool.Config{
+		Sandboxes:   []sandboxpool.Sandbox{sandbox(t, "o", 0, 1)},
+		WorkerAlive: func(context.Context, string) (bool, error) { return false, nil },
+	})
+	if left := containersOf(t, deadID); len(left) != 1 {
+		t.Fatalf("a container younger than ReapMinAge was reaped: %v left", left)
+	}
 	var mu sync.Mutex
 	asked := map[string]bool{}
 	newPool(t, sandboxpool.Config{
-		Sandboxes: []sandboxpool.Sandbox{sandbox(t, "o", 0, 1)},
+		Sandboxes:  []sandboxpool.Sandbox{sandbox(t, "o", 0, 1)},
+		ReapMinAge: time.Nanosecond,
 		WorkerAlive: func(_ context.Context, id string) (bool, error) {
 			mu.Lock()
 			defer mu.Unlock()

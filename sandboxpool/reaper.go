@@ -3,13 +3,15 @@ package sandboxpool
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/moby/moby/client"
 )
 
 // ReapOrphans removes containers that carry the jazzmine.managed label but belong to
 // a worker that is gone: one that Config.WorkerAlive reports dead. Containers of this
-// pool's own worker id and of live workers are never touched. It returns how many it
+// pool's own worker id, of live workers, and younger than Config.ReapMinAge are never
+// touched. It returns how many it
 // removed.
 func (p *Pool) ReapOrphans(ctx context.Context) (int, error) {
 	if p.cfg.WorkerAlive == nil {
@@ -23,7 +25,7 @@ func (p *Pool) ReapOrphans(ctx context.Context) (int, error) {
 	removed := 0
 	for _, c := range list.Items {
 		worker := c.Labels[LabelWorker]
-		if worker == "" || worker == p.cfg.WorkerID {
+		if worker == "" || worker == p.cfg.WorkerID || time.Since(time.Unix(c.Created, 0)) < p.cfg.ReapMinAge {
 			continue
 		}
 		alive, known := verdict[worker]

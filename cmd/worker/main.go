@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err))
+}
+
+// exitError carries an exit code other than 1.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError is a command line that cannot be run: exit code 2.
+func usageError(format string, args ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(os.Stderr, "worker:", err)
+	return 1
+}
+
+const usage = `worker: the jazzmine execution worker
+
+Usage:
+  worker serve   [--config FILE] [flags]   run the worker (embedded NATS unless NATS_URL is set)
+  worker submit  [flags] (-e SCRIPT | FILE | -)  submit a job and stream its events
+  worker build   [--config FILE]           build the sandbox images and exit
+  worker version                           print the version
+
+Run "worker COMMAND -h" for a command's flags.
+Environment: NATS_URL, DOCKER_HOST, OTEL_* mean what they always mean.
+`
+
+// run dispatches a subcommand. Only main picks the exit code.
+func run(ctx context.Context, args []string, getenv func(string) string, stdin *os.File, stdout, stderr *os.File) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return &exitError{code: 2}
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], getenv, stderr)
+	case "submit":
+		return submit(ctx, args[1:], getenv, stdin, stdout, stderr)
+	case "build":
+		return build(ctx, args[1:], stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "jazzmine worker", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageError("unknown command %q", args[0])
+	}
+}

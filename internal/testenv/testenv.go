@@ -1,0 +1,138 @@
+// Package testenv gives tests the real components they run against: the local Docker
+// engine, the example sandbox image built by imagebuild, and an in-process NATS server
+// with JetStream. It is for tests only.
+package testenv
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/jazzmine/worker/imagebuild"
+)
+
+var (
+	dockerOnce sync.Once
+	dockerCli  *client.Client
+	dockerErr  error
+
+	imageOnce sync.Once
+	image     imagebuild.Image
+	imageErr  error
+)
+
+// Docker returns a client for the local engine, shared by the tests of a package.
+// Without an engine the test is skipped, or fails when JAZZMINE_REQUIRE_DOCKER=1 (as
+// in CI).
+func Docker(t testing.TB) *client.Client {
+	t.Helper()
+	dockerOnce.Do(func() {
+		dockerCli, dockerErr = client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+		if dockerErr == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, dockerErr = dockerCli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
+		}
+	})
+	if dockerErr != nil {
+		if os.Getenv("JAZZMINE_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("Docker is required (JAZZMINE_REQUIRE_DOCKER=1) but unreachable: %v", dockerErr)
+		}
+		t.Skipf("no Docker engine: %v", dockerErr)
+	}
+	return dockerCli
+}
+
+// CloseDocker closes the shared client (its idle connections would otherwise look
+// like leaked goroutines); call it from TestMain after the tests.
+func CloseDocker() {
+	if dockerCli != nil {
+		dockerCli.Close()
+	}
+}
+
+// RepoRoot is the repository's root directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// ExampleConfigPath is the example config that make run and make demo use.
+func ExampleConfigPath() string { return filepath.Join(RepoRoot(), "examples", "config.yaml") }
+
+// ExampleConfig loads the example config.
+func ExampleConfig(t testing.TB) *imagebuild.Config {
+	t.Helper()
+	cfg, err := imagebuild.LoadConfig(ExampleConfigPath())
+	if err != nil {
+		t.Fatalf("load the example config: %v", err)
+	}
+	return cfg
+}
+
+// SandboxImage is the image of the example config's "default" sandbox, built once
+// per test binary (and only when its checksum changed) from the base image.
+func SandboxImage(t testing.TB) imagebuild.Image {
+	t.Helper()
+	cli := Docker(t)
+	imageOnce.Do(func() {
+		cfg, err := imagebuild.LoadConfig(ExampleConfigPath())
+		if err != nil {
+			imageErr = err
+			return
+		}
+		b, err := imagebuild.NewBuilder(imagebuild.BuilderConfig{Docker: cli, Progress: os.Stderr})
+		if err != nil {
+			imageErr = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		image, imageErr = b.Ensure(ctx, cfg.Sandboxes["default"])
+	})
+	if imageErr != nil {
+		t.Fatalf("build the example sandbox image: %v", imageErr)
+	}
+	return image
+}
+
+// NATS starts an in-process NATS server with JetStream on a free loopback port, with
+// its store in a temporary directory, and returns it with a connection to it. Both are
+// closed at the end of the test.
+func NATS(t testing.TB) (*server.Server, *nats.Conn) {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "test",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		JetStream:  true,
+		StoreDir:   t.TempDir(),
+		NoSigs:     true,
+		NoLog:      true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		nc.Close()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	})
+	return srv, nc
+}

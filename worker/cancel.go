@@ -1,0 +1,156 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/wire"
+)
+
+// Cancel protocol. An agent publishes on jazzmine.cancel.<id>; one worker of the fleet
+// (queue group) coordinates, with the id's entry in BucketCancels as the arbiter:
+//
+//  1. It creates the entry as "pending" (a second cancel of the same id stops here).
+//  2. It asks the fleet, on jazzmine.internal.running.<id>, who runs the execution;
+//     the worker that does cancels it, answers, and publishes the cancelled events.
+//  3. Without an answer the job is queued (or finished): the coordinator swaps
+//     "pending" for "queued" and, unless the job already has a script_done,
+//     publishes the cancelled error and script_done itself, at once.
+//
+// A worker that takes a job looks the id up after registering it: "queued" means the
+// end was published already (the job is acked silently); "pending" is swapped for
+// "running" (the worker cancels the job and publishes its end; losing the swap to the
+// coordinator means "queued"); "running" means a cancel reached an earlier delivery,
+// so this one is cancelled too. The swaps are compare-and-set, so exactly one of the
+// two publishes the end.
+const (
+	cancelPending = "pending"
+	cancelQueued  = "queued"
+	cancelRunning = "running"
+
+	subjectRunning = "jazzmine.internal.running."
+	groupCancel    = "jazzmine-cancel"
+	groupTriage    = "jazzmine-triage"
+
+	// askRunningTimeout is how long the coordinator waits for the worker running an
+	// execution to answer.
+	askRunningTimeout = 300 * time.Millisecond
+)
+
+func (w *Worker) subscribe() error {
+	nc := w.cfg.NATS
+	for _, s := range []struct {
+		subject, queue string
+		handler        nats.MsgHandler
+	}{
+		{wire.CancelWildcard, groupCancel, w.coordinateCancel},
+		{subjectRunning + "*", "", w.answerRunning},
+		{wire.ExecWildcard, groupTriage, w.triage},
+		{"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + wire.StreamExec + ".*", groupTriage, w.maxDeliveries},
+	} {
+		var sub *nats.Subscription
+		var err error
+		if s.queue != "" {
+			sub, err = nc.QueueSubscribe(s.subject, s.queue, s.handler)
+		} else {
+			sub, err = nc.Subscribe(s.subject, s.handler)
+		}
+		if err != nil {
+			return err
+		}
+		w.subs = append(w.subs, sub)
+	}
+	return nc.Flush()
+}
+
+// coordinateCancel is step 1 to 3 of the protocol, on one worker of the fleet.
+func (w *Worker) coordinateCancel(m *nats.Msg) {
+	id, err := wire.ExecutionIDFromCancelSubject(m.Subject)
+	if err != nil {
+		w.log.Warn("ignored a cancel", "subject", m.Subject, "err", err)
+		return
+	}
+	w.background.Add(1)
+	go func() {
+		defer w.background.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		rev, err := w.cancels.Create(ctx, id, []byte(cancelPending))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return // already being cancelled
+		}
+		if err != nil {
+			w.log.Warn("record a cancel", "execution_id", id, "err", err)
+			return
+		}
+		ask, stopAsk := context.WithTimeout(ctx, askRunningTimeout)
+		_, err = w.cfg.NATS.RequestWithContext(ask, subjectRunning+id, nil)
+		stopAsk()
+		if err == nil {
+			return // the worker running it answered and publishes its end
+		}
+		if _, err := w.cancels.Update(ctx, id, []byte(cancelQueued), rev); err != nil {
+			return // a worker took the job meanwhile and publishes its end
+		}
+		stream, err := w.js.Stream(ctx, wire.StreamEvents)
+		if err == nil {
+			if _, err := stream.GetLastMsgForSubject(ctx, wire.EventSubject(id, wire.EventScriptDone)); err == nil {
+				return // it had finished: nothing to cancel
+			}
+		}
+		p := w.newPublisher(id, 0, wire.ContentTypeMsgpack, nil)
+		if err := p.terminal(wire.KindCancelled, "Execution cancelled before it ran"); err != nil {
+			w.log.Warn("publish the end of a cancelled queued job", "execution_id", id, "err", err)
+		}
+		w.log.Info("cancelled a queued job", "execution_id", id)
+	}()
+}
+
+// answerRunning cancels the execution if it runs here, and says so.
+func (w *Worker) answerRunning(m *nats.Msg) {
+	id := m.Subject[len(subjectRunning):]
+	w.mu.Lock()
+	ex := w.running[id]
+	if ex != nil {
+		ex.claimed = true
+	}
+	w.mu.Unlock()
+	if ex == nil {
+		return
+	}
+	ex.cancel(errCancelRequested)
+	_ = m.Respond([]byte(w.cfg.WorkerID))
+}
+
+// cancelledWhileQueued is the taking worker's side of the protocol. It returns true
+// when the job's end was already published and the job is to be acked silently; when
+// the job is to be cancelled and ended here, it cancels ex and returns false.
+func (w *Worker) cancelledWhileQueued(ctx context.Context, id string, ex *execution) (bool, error) {
+	entry, err := w.cancels.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		return false, err
+	}
+	w.mu.Lock()
+	claimed := ex.claimed
+	w.mu.Unlock()
+	switch string(entry.Value()) {
+	case cancelQueued:
+		return !claimed, nil
+	case cancelPending:
+		if _, err := w.cancels.Update(ctx, id, []byte(cancelRunning), entry.Revision()); err != nil && !claimed {
+			return true, nil // the coordinator published the end
+		}
+	}
+	ex.cancel(errCancelRequested)
+	return false, nil
+}

@@ -1,0 +1,204 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jazzmine/worker/sandboxpool"
+	"github.com/jazzmine/worker/wire"
+)
+
+// Defaults of the NATS side (DESIGN.md section 8), used where a Config field is zero.
+const (
+	DefaultAckWait           = 30 * time.Second
+	DefaultHeartbeat         = 10 * time.Second
+	DefaultMaxDeliver        = 3
+	DefaultEventsMaxAge      = time.Hour
+	DefaultDuplicateWindow   = 2 * time.Minute
+	DefaultNakDelay          = 2 * time.Second
+	DefaultShutdownGrace     = 30 * time.Second
+	DefaultMaxBacklog        = 100_000
+	DefaultMaxBacklogBytes   = 1 << 30
+	DefaultLivenessTTL       = 15 * time.Second
+	DefaultReapInterval      = 30 * time.Second
+	DefaultExecutionTimeout  = 30 * time.Second
+	DefaultMaxOutputBytes    = 1 << 20
+	DefaultEventPublishLimit = 10 * time.Second
+)
+
+// Names of the key-value buckets the fleet shares.
+const (
+	// BucketWorkers holds one key per live worker, refreshed while it runs.
+	BucketWorkers = "jazzmine_workers"
+	// BucketCancels holds the execution ids that were cancelled.
+	BucketCancels = "jazzmine_cancels"
+)
+
+// Sandbox is one sandbox this worker serves.
+type Sandbox struct {
+	// Name is the sandbox's name; jobs arrive on jazzmine.exec.<Name>.
+	Name string
+	// Slots is how many of its jobs this worker runs at once: the sandbox's pool
+	// capacity (pool size plus overflow). Required.
+	Slots int
+	// MaxAckPending caps the sandbox's jobs in flight across the whole fleet (the
+	// durable consumer's MaxAckPending); zero means Slots, right for one worker.
+	MaxAckPending int
+}
+
+// Config configures a Worker. Dependencies are required unless said otherwise.
+type Config struct {
+	// NATS is the connection to the NATS server or cluster.
+	NATS *nats.Conn
+	// Pool lends the containers; the Worker does not start or close it.
+	Pool *sandboxpool.Pool
+	// WorkerID identifies this worker in events and container labels; it must match
+	// the pool's WorkerID. Empty means the pool's.
+	WorkerID string
+	// Sandboxes are the sandboxes this worker serves.
+	Sandboxes []Sandbox
+	// Replicas is the replica count of the streams, consumers and buckets the worker
+	// creates; zero means 1. Use 3 on a three-node cluster.
+	Replicas int
+	// AckWait is how long a job may go without an ack or heartbeat before it is
+	// redelivered; zero means DefaultAckWait.
+	AckWait time.Duration
+	// Heartbeat is how often a running job tells the server it is in progress; zero
+	// means DefaultHeartbeat. It must be below AckWait.
+	Heartbeat time.Duration
+	// MaxDeliver is how many times a job is delivered before it is given up; zero
+	// means DefaultMaxDeliver.
+	MaxDeliver int
+	// NakDelay is the delay before an infrastructure failure is retried; zero means
+	// DefaultNakDelay.
+	NakDelay time.Duration
+	// EventsMaxAge is how long events are kept; zero means DefaultEventsMaxAge.
+	EventsMaxAge time.Duration
+	// DuplicateWindow is the jobs stream's dedup window on Nats-Msg-Id; zero means
+	// DefaultDuplicateWindow.
+	DuplicateWindow time.Duration
+	// MaxBacklog and MaxBacklogBytes bound the jobs stream; a publish beyond them
+	// fails (DiscardNew). Zero means DefaultMaxBacklog and DefaultMaxBacklogBytes.
+	MaxBacklog      int64
+	MaxBacklogBytes int64
+	// MaxScriptBytes bounds a job's script; zero means wire.DefaultMaxScriptBytes.
+	MaxScriptBytes int
+	// DefaultTimeout and DefaultMaxOutputBytes apply to jobs that set none; zero
+	// means DefaultExecutionTimeout and DefaultMaxOutputBytes.
+	DefaultTimeout        time.Duration
+	DefaultMaxOutputBytes int64
+	// LivenessTTL is how long a worker counts as alive after its last heartbeat in
+	// BucketWorkers; zero means DefaultLivenessTTL.
+	LivenessTTL time.Duration
+	// ReapInterval is how often containers of dead workers are looked for; zero
+	// means DefaultReapInterval.
+	ReapInterval time.Duration
+	// Logger receives the worker's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.WorkerID == "" && c.Pool != nil {
+		c.WorkerID = c.Pool.WorkerID()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.AckWait, DefaultAckWait)
+	def(&c.Heartbeat, DefaultHeartbeat)
+	def(&c.NakDelay, DefaultNakDelay)
+	def(&c.EventsMaxAge, DefaultEventsMaxAge)
+	def(&c.DuplicateWindow, DefaultDuplicateWindow)
+	def(&c.DefaultTimeout, DefaultExecutionTimeout)
+	def(&c.LivenessTTL, DefaultLivenessTTL)
+	def(&c.ReapInterval, DefaultReapInterval)
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = DefaultMaxDeliver
+	}
+	if c.MaxBacklog == 0 {
+		c.MaxBacklog = DefaultMaxBacklog
+	}
+	if c.MaxBacklogBytes == 0 {
+		c.MaxBacklogBytes = DefaultMaxBacklogBytes
+	}
+	if c.MaxScriptBytes == 0 {
+		c.MaxScriptBytes = wire.DefaultMaxScriptBytes
+	}
+	if c.DefaultMaxOutputBytes == 0 {
+		c.DefaultMaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	for i := range c.Sandboxes {
+		if c.Sandboxes[i].MaxAckPending == 0 {
+			c.Sandboxes[i].MaxAckPending = c.Sandboxes[i].Slots
+		}
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.NATS == nil {
+		errs = append(errs, errors.New("Config.NATS is nil"))
+	}
+	if c.Pool == nil {
+		errs = append(errs, errors.New("Config.Pool is nil"))
+	}
+	if c.WorkerID == "" || strings.ContainsAny(c.WorkerID, " .*>") {
+		errs = append(errs, fmt.Errorf("worker id %q must be non-empty without spaces, '.', '*' or '>'", c.WorkerID))
+	}
+	if len(c.Sandboxes) == 0 {
+		errs = append(errs, errors.New("no sandboxes to serve"))
+	}
+	seen := map[string]bool{}
+	for _, sb := range c.Sandboxes {
+		if err := wire.ValidateID("sandbox", sb.Name); err != nil {
+			errs = append(errs, err)
+		}
+		if seen[sb.Name] {
+			errs = append(errs, fmt.Errorf("sandbox %q is listed twice", sb.Name))
+		}
+		seen[sb.Name] = true
+		if sb.Slots < 1 || sb.MaxAckPending < 1 {
+			errs = append(errs, fmt.Errorf("sandbox %q: slots (%d) and max ack pending (%d) must be at least 1", sb.Name, sb.Slots, sb.MaxAckPending))
+		}
+	}
+	if c.Heartbeat >= c.AckWait {
+		errs = append(errs, fmt.Errorf("heartbeat %v must be shorter than ack wait %v", c.Heartbeat, c.AckWait))
+	}
+	if c.MaxDeliver < 1 {
+		errs = append(errs, fmt.Errorf("max deliver %d must be at least 1", c.MaxDeliver))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("worker: invalid config: %w", err)
+	}
+	return nil
+}
+
+// NewWorkerID returns an id for this process: host name, process id and a random
+// suffix, so that a restarted worker never takes over its predecessor's containers.
+func NewWorkerID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "worker"
+	}
+	host = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '-'
+	}, host)
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), nuidSuffix())
+}

@@ -1,0 +1,202 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/sandboxpool"
+	"github.com/jazzmine/worker/wire"
+	"github.com/jazzmine/worker/worker"
+)
+
+// startWorker runs a worker with its own pool of the example sandbox image against nc.
+// poolSize and overflow size the pool (slots = their sum); tweak adjusts the worker's
+// config. Everything is shut down at the end of the test, and no container may be
+// left.
+func startWorker(t testing.TB, nc *nats.Conn, poolSize, overflow int, tweak func(*worker.Config)) *worker.Worker {
+	t.Helper()
+	img := testenv.SandboxImage(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("test-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
+	sb := sandboxpool.Sandbox{Name: "default", Image: img.Tag, Checksum: img.Checksum, PoolSize: poolSize, MaxOverflow: overflow}
+	pool, err := sandboxpool.New(sandboxpool.Config{
+		Docker: testenv.Docker(t), WorkerID: id, Sandboxes: []sandboxpool.Sandbox{sb}, WorkerAlive: worker.WorkerAlive(js),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := worker.Config{NATS: nc, Pool: pool, WorkerID: id, Sandboxes: []worker.Sandbox{worker.WorkerSandbox(sb)}}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := w.Shutdown(ctx, 10*time.Second); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := pool.Close(ctx); err != nil {
+			t.Errorf("close pool: %v", err)
+		}
+	})
+	if err := pool.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// agent publishes jobs and reads events the way any NATS client can.
+type agent struct {
+	t  testing.TB
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+func newAgent(t testing.TB, nc *nats.Conn) *agent {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &agent{t: t, nc: nc, js: js}
+}
+
+// publish sends raw bytes as a job with the given headers.
+func (a *agent) publish(subject string, data []byte, headers map[string]string) error {
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	for k, v := range headers {
+		msg.Header.Set(k, v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := a.js.PublishMsg(ctx, msg)
+	return err
+}
+
+// submit publishes job in the content type.
+func (a *agent) submit(ct string, job wire.Job) {
+	a.t.Helper()
+	data, err := wire.EncodeJob(ct, &job)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if err := a.publish(wire.ExecSubject(job.Sandbox), data, map[string]string{wire.HeaderMsgID: job.ExecutionID, wire.HeaderContentType: ct}); err != nil {
+		a.t.Fatalf("publish job %s: %v", job.ExecutionID, err)
+	}
+}
+
+// events reads the execution's events from the events stream until a script_done,
+// or fails the test after the timeout.
+func (a *agent) events(id string, timeout time.Duration) []*wire.Event {
+	a.t.Helper()
+	evs, err := a.tryEvents(id, timeout)
+	if err != nil {
+		a.t.Fatalf("events of %s: %v (got %s)", id, err, describe(evs))
+	}
+	return evs
+}
+
+func (a *agent) tryEvents(id string, timeout time.Duration) ([]*wire.Event, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cons, err := a.js.OrderedConsumer(ctx, wire.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.EventsWildcard(id)}})
+	if err != nil {
+		return nil, err
+	}
+	var evs []*wire.Event
+	for {
+		msg, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			return evs, err
+		}
+		ev, err := wire.DecodeEvent(msg.Headers().Get(wire.HeaderContentType), msg.Data())
+		if err != nil {
+			return evs, err
+		}
+		evs = append(evs, ev)
+		if ev.Type == wire.EventScriptDone {
+			return evs, nil
+		}
+	}
+}
+
+// allEvents reads every event of the execution that is in the stream now.
+func (a *agent) allEvents(id string) []*wire.Event {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := a.js.OrderedConsumer(ctx, wire.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.EventsWildcard(id)}})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	var evs []*wire.Event
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(300 * time.Millisecond))
+		if err != nil {
+			return evs
+		}
+		ev, err := wire.DecodeEvent(msg.Headers().Get(wire.HeaderContentType), msg.Data())
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+}
+
+func last(evs []*wire.Event) *wire.Event { return evs[len(evs)-1] }
+
+func find(evs []*wire.Event, typ string) *wire.Event {
+	for _, ev := range evs {
+		if ev.Type == typ {
+			return ev
+		}
+	}
+	return nil
+}
+
+func count(evs []*wire.Event, typ string) int {
+	n := 0
+	for _, ev := range evs {
+		if ev.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func describe(evs []*wire.Event) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		fmt.Fprintf(&b, "[%s #%d a%d %s%s%s] ", ev.Type, ev.Seq, ev.Attempt, ev.Kind, ev.Error, ev.Text)
+	}
+	return b.String()
+}
+
+var idMu sync.Mutex
+var idN int
+
+func newID(prefix string) string {
+	idMu.Lock()
+	defer idMu.Unlock()
+	idN++
+	return fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano()%1_000_000, idN)
+}

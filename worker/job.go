@@ -1,0 +1,230 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/harness"
+	"github.com/jazzmine/worker/wire"
+)
+
+// handle runs one delivery of a job to its end: events published and acknowledged by
+// the events stream, then the job acked, nakked or terminated.
+func (w *Worker) handle(sandbox string, msg jetstream.Msg) {
+	attempt := 1
+	if meta, err := msg.Metadata(); err == nil {
+		attempt = int(meta.NumDelivered)
+	}
+	last := attempt >= w.cfg.MaxDeliver
+	log := w.log.With("sandbox", sandbox, "attempt", attempt)
+
+	// Keep the job ours while it waits for a container and runs.
+	stopBeat := w.heartbeat(msg)
+	out, reason := w.process(sandbox, msg, attempt, last, log)
+	stopBeat()
+
+	act, delay := decide(out, last, w.cfg.NakDelay)
+	var err error
+	switch act {
+	case actAck:
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = msg.DoubleAck(ctx)
+		cancel()
+	case actNak:
+		err = msg.NakWithDelay(delay)
+	case actTerm:
+		err = msg.TermWithReason(reason)
+	case actNone:
+	}
+	if err != nil {
+		log.Warn("answer the job message", "action", act.String(), "err", err)
+	}
+}
+
+// heartbeat tells the server the job is in progress every Heartbeat until stopped.
+func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(w.cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
+// process decodes, validates and runs the job. It returns the outcome and, for a
+// terminated job, the reason.
+func (w *Worker) process(sandbox string, msg jetstream.Msg, attempt int, last bool, log interface {
+	Warn(string, ...any)
+	Info(string, ...any)
+}) (outcome, string) {
+	hdr := msg.Headers()
+	headerID := hdr.Get(wire.HeaderMsgID)
+	ct, ctErr := wire.ParseContentType(hdr.Get(wire.HeaderContentType))
+	var job *wire.Job
+	err := ctErr
+	if err == nil {
+		job, err = wire.DecodeJob(ct, msg.Data())
+	}
+	if err == nil {
+		err = job.Validate(sandbox, w.cfg.MaxScriptBytes)
+	}
+	if err != nil {
+		if ctErr != nil {
+			ct = wire.ContentTypeJSON // the job's own encoding is unknown: answer in the readable one
+		}
+		id := usableID(job, headerID)
+		log.Warn("invalid job", "execution_id", id, "err", err)
+		if id != "" {
+			var meta map[string]string
+			if job != nil && wire.ValidateID("execution id", job.ExecutionID) == nil {
+				meta = job.Metadata
+			}
+			p := w.newPublisher(id, attempt, ct, meta)
+			if perr := p.terminal(wire.KindInvalidJob, err.Error()); perr != nil {
+				log.Warn("publish the invalid job's error", "execution_id", id, "err", perr)
+			}
+		}
+		return outInvalid, truncateReason(err.Error())
+	}
+
+	// Register first, then look for a cancel that came while the job was queued: a
+	// cancel arriving in between finds the job registered (see cancel.go).
+	ctx, cancel := context.WithCancelCause(w.jobs)
+	defer cancel(nil)
+	ex := &execution{cancel: cancel}
+	if !w.register(job.ExecutionID, ex) {
+		// A redelivery of a job still running here: the running one answers for it.
+		return outDuplicate, ""
+	}
+	defer w.unregister(job.ExecutionID, ex)
+	p := w.newPublisher(job.ExecutionID, attempt, ct, job.Metadata)
+
+	if handled, err := w.cancelledWhileQueued(ctx, job.ExecutionID, ex); err != nil {
+		log.Warn("look up cancels", "execution_id", job.ExecutionID, "err", err)
+	} else if handled {
+		return outCancelled, ""
+	}
+
+	lease, err := w.cfg.Pool.Checkout(ctx, sandbox)
+	if err != nil {
+		if ctx.Err() != nil {
+			return w.endCancelled(p, ctx, log)
+		}
+		msg := fmt.Sprintf("no container for sandbox %q: %v", sandbox, err)
+		log.Warn("checkout failed", "execution_id", job.ExecutionID, "last_delivery", last, "err", err)
+		if last {
+			if perr := p.terminal(wire.KindInfrastructure, fmt.Sprintf("gave up after %d deliveries: %s", attempt, msg)); perr != nil {
+				log.Warn("publish terminal event", "execution_id", job.ExecutionID, "err", perr)
+			}
+		}
+		return outInfrastructure, truncateReason(msg)
+	}
+	defer lease.Release()
+
+	_ = p.publish(&wire.Event{Type: wire.EventStarted, Sandbox: sandbox, ContainerID: lease.ContainerID()})
+	req := harness.Request{
+		ExecutionID:     job.ExecutionID,
+		Script:          job.Script,
+		Mode:            harness.Mode(job.Mode),
+		Timeout:         time.Duration(job.TimeoutSec * float64(time.Second)),
+		MaxOutputBytes:  job.MaxOutputBytes,
+		RequiredSecrets: job.RequiredSecrets,
+	}
+	if req.Timeout <= 0 {
+		req.Timeout = w.cfg.DefaultTimeout
+	}
+	if req.MaxOutputBytes <= 0 {
+		req.MaxOutputBytes = w.cfg.DefaultMaxOutputBytes
+	}
+	res, err := lease.Run(ctx, req, func(_ context.Context, hev harness.Event) error {
+		ev, ok := fromHarness(hev)
+		if !ok {
+			return nil
+		}
+		if ev.Type == wire.EventError && hev.Kind == harness.KindCancelled && errors.Is(context.Cause(ctx), errShuttingDown) {
+			ev.Error = "Execution cancelled: the worker is shutting down"
+		}
+		return p.publish(ev)
+	})
+	if err == nil {
+		err = p.publish(scriptDone(res))
+	}
+	if err == nil {
+		wctx, cancelWait := w.publishContext()
+		err = p.wait(wctx)
+		cancelWait()
+	}
+	if err != nil {
+		// The events did not all reach the stream: run it again rather than lose them.
+		log.Warn("publish events", "execution_id", job.ExecutionID, "err", err)
+		return outInfrastructure, truncateReason(err.Error())
+	}
+	if res.ErrorKind == harness.KindCancelled {
+		return outCancelled, ""
+	}
+	return outRan, ""
+}
+
+// endCancelled publishes the end of a job cancelled before it got a container.
+func (w *Worker) endCancelled(p *publisher, ctx context.Context, log interface{ Warn(string, ...any) }) (outcome, string) {
+	msg := "Execution cancelled"
+	if errors.Is(context.Cause(ctx), errShuttingDown) {
+		msg = "Execution cancelled: the worker is shutting down"
+	}
+	if err := p.terminal(wire.KindCancelled, msg); err != nil {
+		log.Warn("publish cancel events", "execution_id", p.id, "err", err)
+		return outInfrastructure, "cancel events not published"
+	}
+	return outCancelled, ""
+}
+
+// usableID is the id error events can be published under: the job's, else the
+// Nats-Msg-Id header's, if either is a valid subject token; else none.
+func usableID(job *wire.Job, header string) string {
+	if job != nil && wire.ValidateID("execution id", job.ExecutionID) == nil {
+		return job.ExecutionID
+	}
+	if wire.ValidateID("execution id", header) == nil {
+		return header
+	}
+	return ""
+}
+
+func truncateReason(s string) string {
+	if len(s) > 200 {
+		return s[:200]
+	}
+	return s
+}
+
+func (w *Worker) register(id string, ex *execution) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.running[id]; ok {
+		return false
+	}
+	w.running[id] = ex
+	return true
+}
+
+func (w *Worker) unregister(id string, ex *execution) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.running[id] == ex {
+		delete(w.running, id)
+	}
+}

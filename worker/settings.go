@@ -1,0 +1,111 @@
+package worker
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Settings is the "worker" section of the config file: the NATS side of the worker.
+// Every field is optional; zero means the default of the Config field it sets.
+//
+//	worker:
+//	  replicas: 1               # streams, consumers and buckets; 3 on a 3-node cluster
+//	  ack_wait: 30s             # a job without ack or heartbeat this long is redelivered
+//	  heartbeat: 10s            # in-progress heartbeat of a running job
+//	  max_deliver: 3            # deliveries before a job is given up
+//	  nak_delay: 2s             # retry delay after an infrastructure failure
+//	  events_max_age: 1h        # how long events are kept
+//	  duplicate_window: 2m      # jobs with the same Nats-Msg-Id in this window run once
+//	  max_backlog: 100000       # queued jobs; beyond it a publish fails
+//	  max_backlog_bytes: 1GiB   # in bytes
+//	  max_script_bytes: 262144
+//	  shutdown_grace: 30s       # on SIGTERM, how long running jobs may finish
+//	  liveness_ttl: 15s         # a worker silent this long counts as dead
+//	  reap_interval: 30s        # how often dead workers' containers are looked for
+//	  reap_min_age: 1m          # containers younger than this are never reaped
+//	  max_ack_pending: {}       # per sandbox: the fleet's jobs in flight (default: its slots)
+type Settings struct {
+	Replicas        int            `yaml:"replicas"`
+	AckWait         time.Duration  `yaml:"ack_wait"`
+	Heartbeat       time.Duration  `yaml:"heartbeat"`
+	MaxDeliver      int            `yaml:"max_deliver"`
+	NakDelay        time.Duration  `yaml:"nak_delay"`
+	EventsMaxAge    time.Duration  `yaml:"events_max_age"`
+	DuplicateWindow time.Duration  `yaml:"duplicate_window"`
+	MaxBacklog      int64          `yaml:"max_backlog"`
+	MaxBacklogBytes int64          `yaml:"max_backlog_bytes"`
+	MaxScriptBytes  int            `yaml:"max_script_bytes"`
+	ShutdownGrace   time.Duration  `yaml:"shutdown_grace"`
+	LivenessTTL     time.Duration  `yaml:"liveness_ttl"`
+	ReapInterval    time.Duration  `yaml:"reap_interval"`
+	ReapMinAge      time.Duration  `yaml:"reap_min_age"`
+	MaxAckPending   map[string]int `yaml:"max_ack_pending"`
+}
+
+// ParseSettings decodes the "worker" section (imagebuild.Config.Worker). An empty node
+// gives zero Settings. Unknown fields are an error.
+func ParseSettings(node yaml.Node) (Settings, error) {
+	var s Settings
+	if node.Kind == 0 {
+		return s, nil
+	}
+	raw, err := yaml.Marshal(&node)
+	if err != nil {
+		return s, fmt.Errorf("worker section: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
+		return s, fmt.Errorf("worker section (line %d): %w", node.Line, err)
+	}
+	for name, n := range s.MaxAckPending {
+		if n < 1 {
+			return s, fmt.Errorf("worker section: max_ack_pending of %q is %d, want at least 1", name, n)
+		}
+	}
+	if s.Replicas < 0 || s.MaxDeliver < 0 || s.MaxBacklog < 0 || s.MaxBacklogBytes < 0 || s.MaxScriptBytes < 0 {
+		return s, errors.New("worker section: counts must not be negative")
+	}
+	return s, nil
+}
+
+// Apply copies the settings into cfg where they are set.
+func (s Settings) Apply(cfg *Config) {
+	set := func(dst *time.Duration, v time.Duration) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	set(&cfg.AckWait, s.AckWait)
+	set(&cfg.Heartbeat, s.Heartbeat)
+	set(&cfg.NakDelay, s.NakDelay)
+	set(&cfg.EventsMaxAge, s.EventsMaxAge)
+	set(&cfg.DuplicateWindow, s.DuplicateWindow)
+	set(&cfg.LivenessTTL, s.LivenessTTL)
+	set(&cfg.ReapInterval, s.ReapInterval)
+	if s.Replicas != 0 {
+		cfg.Replicas = s.Replicas
+	}
+	if s.MaxDeliver != 0 {
+		cfg.MaxDeliver = s.MaxDeliver
+	}
+	if s.MaxBacklog != 0 {
+		cfg.MaxBacklog = s.MaxBacklog
+	}
+	if s.MaxBacklogBytes != 0 {
+		cfg.MaxBacklogBytes = s.MaxBacklogBytes
+	}
+	if s.MaxScriptBytes != 0 {
+		cfg.MaxScriptBytes = s.MaxScriptBytes
+	}
+	for i := range cfg.Sandboxes {
+		if n := s.MaxAckPending[cfg.Sandboxes[i].Name]; n > 0 {
+			cfg.Sandboxes[i].MaxAckPending = n
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/wire"
+)
+
+// ensureStreams creates or updates the jobs and events streams, the key-value
+// buckets and one durable consumer per sandbox, so that every worker of a fleet
+// converges on the same definitions whichever starts first.
+func (w *Worker) ensureStreams(ctx context.Context) error {
+	c := &w.cfg
+	_, err := w.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        wire.StreamExec,
+		Description: "jazzmine jobs, one subject per sandbox",
+		Subjects:    []string{wire.ExecWildcard},
+		Retention:   jetstream.WorkQueuePolicy,
+		Discard:     jetstream.DiscardNew,
+		MaxMsgs:     c.MaxBacklog,
+		MaxBytes:    c.MaxBacklogBytes,
+		Duplicates:  c.DuplicateWindow,
+		Replicas:    c.Replicas,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return fmt.Errorf("create or update stream %s: %w", wire.StreamExec, err)
+	}
+	_, err = w.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        wire.StreamEvents,
+		Description: "jazzmine execution events, one subject per execution and type",
+		Subjects:    []string{wire.AllEventsWildcard},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      c.EventsMaxAge,
+		Duplicates:  min(c.DuplicateWindow, c.EventsMaxAge),
+		Replicas:    c.Replicas,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return fmt.Errorf("create or update stream %s: %w", wire.StreamEvents, err)
+	}
+	for _, b := range []jetstream.KeyValueConfig{
+		{Bucket: BucketWorkers, Description: "live jazzmine workers", TTL: c.LivenessTTL, Replicas: c.Replicas, History: 1},
+		{Bucket: BucketCancels, Description: "cancelled jazzmine executions", TTL: c.EventsMaxAge, Replicas: c.Replicas, History: 1},
+	} {
+		kv, err := w.js.CreateOrUpdateKeyValue(ctx, b)
+		if err != nil {
+			return fmt.Errorf("create or update bucket %s: %w", b.Bucket, err)
+		}
+		switch b.Bucket {
+		case BucketWorkers:
+			w.workers = kv
+		case BucketCancels:
+			w.cancels = kv
+		}
+	}
+	for _, sb := range c.Sandboxes {
+		cons, err := w.js.CreateOrUpdateConsumer(ctx, wire.StreamExec, jetstream.ConsumerConfig{
+			Durable:       wire.ConsumerName(sb.Name),
+			Description:   "jobs of sandbox " + sb.Name,
+			FilterSubject: wire.ExecSubject(sb.Name),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       c.AckWait,
+			MaxDeliver:    c.MaxDeliver,
+			MaxAckPending: sb.MaxAckPending,
+			Replicas:      c.Replicas,
+		})
+		if err != nil {
+			return fmt.Errorf("create or update consumer for sandbox %q: %w", sb.Name, err)
+		}
+		w.consumers[sb.Name] = cons
+	}
+	return nil
+}
+
+// consumerExists reports whether any worker of the fleet serves the sandbox.
+func (w *Worker) consumerExists(ctx context.Context, sandbox string) (bool, error) {
+	_, err := w.js.Consumer(ctx, wire.StreamExec, wire.ConsumerName(sandbox))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}

@@ -1,0 +1,145 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/wire"
+)
+
+// triage sees every job published (one worker of the fleet, queue group) and answers
+// those for a sandbox that no worker serves: the jobs stream captures
+// jazzmine.exec.*, but only sandboxes with a durable consumer are ever pulled. Such a
+// job gets an invalid_job error and a script_done, and its subject is purged so that
+// it does not sit in the backlog.
+func (w *Worker) triage(m *nats.Msg) {
+	sandbox, err := wire.SandboxFromExecSubject(m.Subject)
+	if err != nil {
+		return
+	}
+	if _, ok := w.consumers[sandbox]; ok {
+		return // ours: the common case costs a map lookup
+	}
+	w.background.Add(1)
+	go func() {
+		defer w.background.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if exists, err := w.consumerExists(ctx, sandbox); err != nil || exists {
+			return
+		}
+		id := m.Header.Get(wire.HeaderMsgID)
+		ct, err := wire.ParseContentType(m.Header.Get(wire.HeaderContentType))
+		if err != nil {
+			ct = wire.ContentTypeJSON
+		}
+		var meta map[string]string
+		if job, err := wire.DecodeJob(ct, m.Data); err == nil {
+			id, meta = usableID(job, id), job.Metadata
+		} else if wire.ValidateID("execution id", id) != nil {
+			id = ""
+		}
+		msg := fmt.Sprintf("unknown sandbox %q: no worker serves it (this worker serves %s)", sandbox, strings.Join(w.sandboxNames(), ", "))
+		w.log.Warn("job for an unknown sandbox", "sandbox", sandbox, "execution_id", id)
+		if id != "" {
+			p := w.newPublisher(id, 1, ct, meta)
+			if err := p.terminal(wire.KindInvalidJob, msg); err != nil {
+				w.log.Warn("publish the error of a job for an unknown sandbox", "execution_id", id, "err", err)
+			}
+		}
+		w.purgeUnserved(ctx)
+	}()
+}
+
+// purgeUnserved removes the jobs of every subject that no consumer serves.
+func (w *Worker) purgeUnserved(ctx context.Context) {
+	stream, err := w.js.Stream(ctx, wire.StreamExec)
+	if err != nil {
+		return
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(wire.ExecWildcard))
+	if err != nil {
+		return
+	}
+	for subject := range info.State.Subjects {
+		sandbox, err := wire.SandboxFromExecSubject(subject)
+		if err != nil {
+			continue
+		}
+		if exists, err := w.consumerExists(ctx, sandbox); err != nil || exists {
+			continue
+		}
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+			w.log.Warn("purge jobs of an unknown sandbox", "subject", subject, "err", err)
+		}
+	}
+}
+
+func (w *Worker) sandboxNames() []string {
+	var names []string
+	for _, sb := range w.cfg.Sandboxes {
+		names = append(names, sb.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// maxDeliveries answers the server's advisory for a job delivered MaxDeliver times
+// without an ack, the last worker to take it having died: it publishes the job's
+// terminal events and deletes it from the stream.
+func (w *Worker) maxDeliveries(m *nats.Msg) {
+	var adv struct {
+		Stream     string `json:"stream"`
+		Consumer   string `json:"consumer"`
+		StreamSeq  uint64 `json:"stream_seq"`
+		Deliveries int    `json:"deliveries"`
+	}
+	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.Stream != wire.StreamExec {
+		return
+	}
+	w.background.Add(1)
+	go func() {
+		defer w.background.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stream, err := w.js.Stream(ctx, wire.StreamExec)
+		if err != nil {
+			w.log.Warn("max deliveries: open the jobs stream", "err", err)
+			return
+		}
+		raw, err := stream.GetMsg(ctx, adv.StreamSeq)
+		if err != nil {
+			return // acked or removed meanwhile
+		}
+		ct, err := wire.ParseContentType(raw.Header.Get(wire.HeaderContentType))
+		if err != nil {
+			ct = wire.ContentTypeJSON
+		}
+		id := raw.Header.Get(wire.HeaderMsgID)
+		var meta map[string]string
+		if job, err := wire.DecodeJob(ct, raw.Data); err == nil {
+			id, meta = usableID(job, id), job.Metadata
+		} else if wire.ValidateID("execution id", id) != nil {
+			id = ""
+		}
+		if id != "" {
+			p := w.newPublisher(id, adv.Deliveries, ct, meta)
+			msg := fmt.Sprintf("gave up after %d deliveries: the workers that took the job stopped before finishing it", adv.Deliveries)
+			if err := p.terminal(wire.KindInfrastructure, msg); err != nil {
+				w.log.Warn("publish the end of a job out of deliveries", "execution_id", id, "err", err)
+				return
+			}
+		}
+		if err := stream.DeleteMsg(ctx, adv.StreamSeq); err != nil {
+			w.log.Warn("delete a job out of deliveries", "seq", adv.StreamSeq, "err", err)
+		}
+		w.log.Warn("gave up a job out of deliveries", "execution_id", id, "deliveries", adv.Deliveries)
+	}()
+}

@@ -1,0 +1,207 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/jazzmine/worker/wire"
+)
+
+// ErrStopped is returned by Start after Shutdown.
+var ErrStopped = errors.New("worker: stopped")
+
+// Worker pulls jobs from JetStream, runs them in the pool's containers and publishes
+// their events. For each sandbox it runs one pull loop per container slot; a loop asks
+// for exactly one job, and only while its slot is free.
+type Worker struct {
+	cfg Config
+	log *slog.Logger
+	js  jetstream.JetStream
+
+	consumers map[string]jetstream.Consumer // by sandbox, set by Start
+	workers   jetstream.KeyValue            // BucketWorkers
+	cancels   jetstream.KeyValue            // BucketCancels
+
+	mu      sync.Mutex // guards running and stopped
+	running map[string]*execution
+	stopped bool
+
+	pulling     context.Context // ends when the worker stops taking jobs
+	stopPulling context.CancelFunc
+	jobs        context.Context // parent of every running job; ended after the grace period
+	stopJobs    context.CancelFunc
+	loops       sync.WaitGroup // pull loops and the jobs they run
+	background  sync.WaitGroup // everything else
+	subs        []*nats.Subscription
+}
+
+// execution is a job running on this worker.
+type execution struct {
+	cancel  context.CancelCauseFunc
+	claimed bool // a cancel request reached it here; guarded by Worker.mu
+}
+
+// errCancelRequested and errShuttingDown are the causes of a running job's cancel.
+var (
+	errCancelRequested = errors.New("cancel requested")
+	errShuttingDown    = errors.New("worker shutting down")
+)
+
+// New validates cfg and returns a Worker; Start starts it.
+func New(cfg Config) (*Worker, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(cfg.NATS)
+	if err != nil {
+		return nil, fmt.Errorf("worker: jetstream: %w", err)
+	}
+	w := &Worker{
+		cfg:       cfg,
+		log:       cfg.Logger.With("worker_id", cfg.WorkerID),
+		js:        js,
+		consumers: map[string]jetstream.Consumer{},
+		running:   map[string]*execution{},
+	}
+	w.pulling, w.stopPulling = context.WithCancel(context.Background())
+	w.jobs, w.stopJobs = context.WithCancel(context.Background())
+	return w, nil
+}
+
+// ID is the worker's id.
+func (w *Worker) ID() string { return w.cfg.WorkerID }
+
+// Start creates or updates the streams, consumers and buckets, announces the worker
+// as alive, subscribes to cancels and starts the pull loops. ctx bounds the setup
+// only; the loops run until Shutdown.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	stopped := w.stopped
+	w.mu.Unlock()
+	if stopped {
+		return ErrStopped
+	}
+	if err := w.ensureStreams(ctx); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if err := w.announce(ctx); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if err := w.subscribe(); err != nil {
+		w.unsubscribe()
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.background.Add(1)
+	go w.keepAlive()
+	for _, sb := range w.cfg.Sandboxes {
+		for range sb.Slots {
+			w.loops.Add(1)
+			go w.pull(sb.Name, w.consumers[sb.Name])
+		}
+	}
+	w.log.Info("worker started", "sandboxes", len(w.cfg.Sandboxes))
+	return nil
+}
+
+// pull is one container slot of a sandbox: it asks for one job, runs it to the end,
+// then asks for the next, until the worker stops pulling.
+func (w *Worker) pull(sandbox string, cons jetstream.Consumer) {
+	defer w.loops.Done()
+	for w.pulling.Err() == nil {
+		batch, err := cons.Fetch(1, jetstream.FetchContext(w.pulling))
+		if err != nil {
+			if w.pulling.Err() != nil {
+				return
+			}
+			w.log.Warn("fetch a job", "sandbox", sandbox, "err", err)
+			select {
+			case <-time.After(time.Second):
+			case <-w.pulling.Done():
+				return
+			}
+			continue
+		}
+		for msg := range batch.Messages() {
+			w.handle(sandbox, msg)
+		}
+		if err := batch.Error(); err != nil && w.pulling.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			w.log.Debug("fetch ended", "sandbox", sandbox, "err", err)
+		}
+	}
+}
+
+// Shutdown stops taking jobs, lets running ones finish for the grace period, then
+// cancels them and waits (until ctx ends) for their events to be published and their
+// acks sent. It stops the worker's subscriptions and withdraws its liveness key. It
+// does not close the pool or the NATS connection. It is safe to call more than once.
+func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	w.stopPulling()
+	finished := make(chan struct{})
+	go func() { w.loops.Wait(); close(finished) }()
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-finished:
+	case <-timer.C:
+		w.log.Warn("grace period over: cancelling running jobs", "grace", grace)
+		w.cancelRunning(errShuttingDown)
+		w.stopJobs()
+	case <-ctx.Done():
+		w.cancelRunning(errShuttingDown)
+		w.stopJobs()
+	}
+	var err error
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		err = fmt.Errorf("worker: shutdown: %w", ctx.Err())
+	}
+	w.stopJobs()
+	w.unsubscribe()
+	w.background.Wait()
+	if w.workers != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = w.workers.Delete(dctx, w.cfg.WorkerID)
+		cancel()
+	}
+	return err
+}
+
+func (w *Worker) cancelRunning(cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range w.running {
+		e.cancel(cause)
+	}
+}
+
+func (w *Worker) unsubscribe() {
+	for _, s := range w.subs {
+		_ = s.Unsubscribe()
+	}
+	w.subs = nil
+}
+
+func nuidSuffix() string {
+	id := nuid.Next()
+	return id[len(id)-6:]
+}
+
+// publishTimeout bounds one event publish and the wait for its ack.
+func (w *Worker) publishContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), DefaultEventPublishLimit)
+}
+
+var _ = wire.StreamExec

@@ -1,0 +1,184 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/wire"
+)
+
+func TestAJSONJobFromAPlainNATSClientGetsItsEvents(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 1, nil)
+	a := newAgent(t, nc)
+	// Exactly what the README shows: a JSON body, two headers.
+	body := `{"execution_id":"readme-1","script":"print('hi')\nemit_intermediate('step', {'n': 1})\nemit_log('note', level='warning')\nemit_result({'answer': word_count('a b c')})","metadata":{"session":"s1"}}`
+	if err := a.publish("jazzmine.exec.default", []byte(body), map[string]string{"Nats-Msg-Id": "readme-1", "Content-Type": "application/json"}); err != nil {
+		t.Fatal(err)
+	}
+	evs := a.events("readme-1", time.Minute)
+	var types []string
+	for _, ev := range evs {
+		types = append(types, ev.Type)
+		if ev.Seq != uint64(len(types)) || ev.Attempt != 1 || ev.Metadata["session"] != "s1" || ev.WorkerID == "" {
+			t.Errorf("event %s: seq %d attempt %d metadata %v worker %q", ev.Type, ev.Seq, ev.Attempt, ev.Metadata, ev.WorkerID)
+		}
+	}
+	want := []string{"started", "stdout", "intermediate", "log", "final_result", "script_done"}
+	if strings.Join(types, ",") != strings.Join(want, ",") {
+		t.Errorf("event types = %v, want %v", types, want)
+	}
+	done := last(evs)
+	final, _ := json.Marshal(done.FinalData)
+	if !done.Success || string(final) != `{"answer":3}` {
+		t.Errorf("script_done: success=%v final=%s error=%q", done.Success, final, done.Error)
+	}
+	if started := find(evs, wire.EventStarted); started.Sandbox != "default" || len(started.ContainerID) != 12 {
+		t.Errorf("started event: %+v", started)
+	}
+}
+
+func TestInvalidJobsEndInAClearErrorAndTheWorkerKeepsServing(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 0, nil)
+	a := newAgent(t, nc)
+	msgpackJob := func(job wire.Job) []byte {
+		b, err := wire.EncodeJob(wire.ContentTypeMsgpack, &job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cases := []struct {
+		name      string
+		subject   string
+		data      []byte
+		headers   map[string]string
+		id        string // where the error event is expected; "" when no id is usable
+		errSubstr string
+	}{
+		{"malformed msgpack", "jazzmine.exec.default", []byte{0x85, 0xa1, 'x', 0xc1},
+			map[string]string{"Nats-Msg-Id": "bad-msgpack", "Content-Type": "application/msgpack"}, "bad-msgpack", "msgpack"},
+		{"malformed JSON", "jazzmine.exec.default", []byte(`{"execution_id": "bad-json", "script": `),
+			map[string]string{"Nats-Msg-Id": "bad-json", "Content-Type": "application/json"}, "bad-json", "JSON"},
+		{"an unknown content type", "jazzmine.exec.default", []byte(`x`),
+			map[string]string{"Nats-Msg-Id": "bad-ct", "Content-Type": "text/yaml"}, "bad-ct", "content type"},
+		{"an unknown sandbox", "jazzmine.exec.nosuch", msgpackJob(wire.Job{ExecutionID: "no-sandbox", Script: "emit_result(1)"}),
+			map[string]string{"Nats-Msg-Id": "no-sandbox", "Content-Type": "application/msgpack"}, "no-sandbox", `unknown sandbox "nosuch"`},
+		{"an oversized script", "jazzmine.exec.default", msgpackJob(wire.Job{ExecutionID: "too-big", Script: strings.Repeat("#", wire.DefaultMaxScriptBytes+1)}),
+			map[string]string{"Nats-Msg-Id": "too-big", "Content-Type": "application/msgpack"}, "too-big", "script"},
+		{"a sandbox in the body that differs from the subject's", "jazzmine.exec.default", msgpackJob(wire.Job{ExecutionID: "wrong-sb", Sandbox: "other", Script: "emit_result(1)"}),
+			map[string]string{"Nats-Msg-Id": "wrong-sb", "Content-Type": "application/msgpack"}, "wrong-sb", "sandbox"},
+		{"an execution id with a dot", "jazzmine.exec.default", msgpackJob(wire.Job{ExecutionID: "a.b", Script: "emit_result(1)"}),
+			map[string]string{"Content-Type": "application/msgpack"}, "", ""},
+		{"an execution id with '>'", "jazzmine.exec.default", msgpackJob(wire.Job{ExecutionID: "a>", Script: "emit_result(1)"}),
+			map[string]string{"Content-Type": "application/msgpack"}, "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := a.publish(tc.subject, tc.data, tc.headers); err != nil {
+				t.Fatal(err)
+			}
+			if tc.id == "" {
+				return // nothing can be published under such an id; the next job shows the worker lives
+			}
+			evs := a.events(tc.id, 30*time.Second)
+			e := find(evs, wire.EventError)
+			if e == nil || e.Kind != wire.KindInvalidJob || !strings.Contains(e.Error, tc.errSubstr) {
+				t.Errorf("events %s: want an invalid_job error mentioning %q", describe(evs), tc.errSubstr)
+			}
+			if done := last(evs); done.Success || done.Error == "" {
+				t.Errorf("script_done: %+v", done)
+			}
+			if find(evs, wire.EventStarted) != nil {
+				t.Error("an invalid job was started")
+			}
+		})
+	}
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: "after-bad", Sandbox: "default", Script: "emit_result('still serving')"})
+	if done := last(a.events("after-bad", time.Minute)); !done.Success {
+		t.Errorf("a valid job after the invalid ones: %+v", done)
+	}
+	// The unknown sandbox's job does not sit in the backlog.
+	waitFor(t, 10*time.Second, "the unknown sandbox's job to be purged", func() bool {
+		info, err := a.js.Stream(t.Context(), wire.StreamExec)
+		if err != nil {
+			return false
+		}
+		i, err := info.Info(t.Context())
+		return err == nil && i.State.Msgs == 0
+	})
+}
+
+func TestAJobPublishedTwiceWithOneMessageIDRunsOnce(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 0, nil)
+	a := newAgent(t, nc)
+	job := wire.Job{ExecutionID: newID("dup"), Sandbox: "default", Script: "print('ran')\nemit_result(1)"}
+	a.submit(wire.ContentTypeMsgpack, job)
+	a.submit(wire.ContentTypeMsgpack, job)
+	a.events(job.ExecutionID, time.Minute)
+	// Another job through the same single slot: once it is done, a second run of the
+	// first would have shown.
+	after := newID("after")
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: after, Sandbox: "default", Script: "emit_result(2)"})
+	a.events(after, time.Minute)
+	evs := a.allEvents(job.ExecutionID)
+	if n := count(evs, wire.EventStarted); n != 1 {
+		t.Errorf("the job started %d times: %s", n, describe(evs))
+	}
+	if n := count(evs, wire.EventScriptDone); n != 1 {
+		t.Errorf("%d script_done events", n)
+	}
+}
+
+func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestCancelEndsQueuedAndRunningJobs(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 0, nil) // one slot: the second job waits in the queue
+	a := newAgent(t, nc)
+	running, queued := newID("running"), newID("queued")
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: running, Sandbox: "default", Script: "print('sleeping', flush=True)\nimport time\ntime.sleep(60)", TimeoutSec: 120})
+	waitFor(t, 30*time.Second, "the long job to start", func() bool { return find(a.allEvents(running), wire.EventStdout) != nil })
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: queued, Sandbox: "default", Script: "emit_result('should not run')"})
+
+	if err := nc.Publish(wire.CancelSubject(queued), nil); err != nil {
+		t.Fatal(err)
+	}
+	evs := a.events(queued, 5*time.Second) // "within a second or two"
+	if e := find(evs, wire.EventError); e == nil || e.Kind != wire.KindCancelled {
+		t.Errorf("queued job: %s, want a cancelled error", describe(evs))
+	}
+	if err := nc.Publish(wire.CancelSubject(running), nil); err != nil {
+		t.Fatal(err)
+	}
+	evs = a.events(running, 5*time.Second)
+	if e := find(evs, wire.EventError); e == nil || e.Kind != wire.KindCancelled {
+		t.Errorf("running job: %s, want a cancelled error", describe(evs))
+	}
+	if done := last(evs); done.Success {
+		t.Errorf("a cancelled job succeeded: %+v", done)
+	}
+	// The queued job, now taken from the queue, is not run, and the slot serves on.
+	next := newID("next")
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: next, Sandbox: "default", Script: "emit_result(3)"})
+	if done := last(a.events(next, time.Minute)); !done.Success {
+		t.Errorf("the job after the cancels: %+v", done)
+	}
+	if evs := a.allEvents(queued); count(evs, wire.EventStarted) != 0 || count(evs, wire.EventScriptDone) != 1 {
+		t.Errorf("the cancelled queued job: %s, want no start and one script_done", describe(evs))
+	}
+}
