@@ -264,8 +264,13 @@ func (p *Pool) spawnLocked(sb *sandbox, done func(error)) {
 				sb.waiters.Remove(front)
 				front.Value.(*waiter).ch <- handoff{err: err}
 			}
+			closing := p.closed
 			p.mu.Unlock()
-			p.log.Error("spawn container", "sandbox", sb.cfg.Name, "err", err)
+			if closing {
+				p.log.Debug("spawn abandoned: the pool is closing", "sandbox", sb.cfg.Name, "err", err)
+			} else {
+				p.log.Error("spawn container", "sandbox", sb.cfg.Name, "err", err)
+			}
 		} else {
 			sb.stats.Spawned++
 			c.lastCheck = time.Now()

@@ -200,3 +200,7 @@ func newID(prefix string) string {
 	idN++
 	return fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano()%1_000_000, idN)
 }
+
+func jetstreamSubjects(filter string) jetstream.StreamInfoOpt {
+	return jetstream.WithSubjectFilter(filter)
+}

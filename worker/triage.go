@@ -130,7 +130,9 @@ func (w *Worker) maxDeliveries(m *nats.Msg) {
 			id = ""
 		}
 		if id != "" {
-			p := w.newPublisher(id, adv.Deliveries, ct, meta)
+			// Under the next attempt number: the events of the last delivery took the
+			// message ids of its own number, and the stream would drop these as duplicates.
+			p := w.newPublisher(id, adv.Deliveries+1, ct, meta)
 			msg := fmt.Sprintf("gave up after %d deliveries: the workers that took the job stopped before finishing it", adv.Deliveries)
 			if err := p.terminal(wire.KindInfrastructure, msg); err != nil {
 				w.log.Warn("publish the end of a job out of deliveries", "execution_id", id, "err", err)

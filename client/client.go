@@ -1,0 +1,263 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel"
+
+	"github.com/jazzmine/worker/wire"
+)
+
+// Defaults of the package.
+const (
+	// DefaultCancelTimeout bounds [Client.Cancel] and [Execution.Cancel] when
+	// their context has no deadline: 5 s.
+	DefaultCancelTimeout = 5 * time.Second
+
+	// eventsBuffer is the capacity of an execution's Events channel.
+	eventsBuffer = 64
+
+	// consumerInactiveThreshold is the InactiveThreshold of the events
+	// consumer: the server deletes a consumer that nobody pulls from for that
+	// long (a process that died without closing its executions). A live
+	// execution always has a pull request pending, and if its consumer is
+	// deleted anyway the ordered consumer recreates it where it left off.
+	consumerInactiveThreshold = time.Minute
+
+	// consumerDeleteTimeout bounds the deletion of the events consumer when
+	// an execution ends.
+	consumerDeleteTimeout = 5 * time.Second
+)
+
+// Config configures a [Client]. The zero value of every field but Conn
+// means its default.
+type Config struct {
+	// Conn is the NATS connection to use; required. The client does not
+	// close it: the caller does, after closing its executions.
+	Conn *nats.Conn
+
+	// ContentType is the encoding of the jobs the client publishes, which
+	// the worker also uses for the job's events: [wire.ContentTypeMsgpack]
+	// or [wire.ContentTypeJSON]. Empty means msgpack.
+	ContentType string
+
+	// MaxScriptBytes is the script size limit checked before a job is
+	// published; it should match the workers' limit. Zero means
+	// [wire.DefaultMaxScriptBytes] (256 KiB).
+	MaxScriptBytes int
+
+	// Logger receives a warning for each event that cannot be decoded (it is
+	// skipped) and debug records; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Client submits jobs to jazzmine workers and follows their executions,
+// over NATS JetStream. It is safe for concurrent use. It has no background
+// work of its own and needs no closing; each [Execution] it returns does.
+type Client struct {
+	nc             *nats.Conn
+	js             jetstream.JetStream
+	contentType    string
+	maxScriptBytes int
+	log            *slog.Logger
+}
+
+// New returns a client for cfg. It fails when cfg.Conn is nil or
+// cfg.ContentType is neither msgpack nor JSON (the error wraps
+// [wire.ErrUnsupportedContentType]). It does not talk to the server: a
+// missing stream shows at the first [Client.Submit], as [ErrNoStream].
+func New(cfg Config) (*Client, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("new jazzmine client: Config.Conn is nil")
+	}
+	ct, err := wire.ParseContentType(cfg.ContentType)
+	if err != nil {
+		return nil, fmt.Errorf("new jazzmine client: %w", err)
+	}
+	if cfg.MaxScriptBytes < 0 {
+		return nil, fmt.Errorf("new jazzmine client: MaxScriptBytes %d is negative", cfg.MaxScriptBytes)
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("new jazzmine client: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Client{nc: cfg.Conn, js: js, contentType: ct, maxScriptBytes: cfg.MaxScriptBytes, log: log}, nil
+}
+
+// NewExecutionID returns a new random execution id, 22 letters and digits
+// (a NUID), unique with overwhelming probability across processes. It is
+// what [Client.Submit] uses for a job without one.
+func NewExecutionID() string { return nuid.Next() }
+
+// Submit publishes job on jazzmine.exec.<job.Sandbox> and returns the
+// [Execution] that follows its events. ctx bounds the submission only, not
+// the execution.
+//
+// A job without an ExecutionID gets one from [NewExecutionID]. The job must
+// name its Sandbox, and must pass [wire.Job.Validate] with the client's
+// script limit; an invalid job is refused before anything is sent (the
+// error wraps [wire.ErrInvalidJob]).
+//
+// Submit subscribes to the execution's events before it publishes the job,
+// so none is missed. The job is published with its execution id as
+// Nats-Msg-Id, the client's Content-Type and, when ctx carries a span, the
+// trace context of otel's global propagator. Within the jobs stream's
+// duplicate window (2 minutes by default) a job with the id of one already
+// published is dropped by the server: Submit then returns an Execution with
+// Duplicate set that follows the earlier job's events. An execution id must
+// not be reused after that: the events of the earlier execution, kept for an
+// hour, would be read as this one's.
+//
+// The error wraps [ErrNoStream] when no worker has created the streams,
+// [ErrBacklogFull] when the jobs stream is full, and otherwise the error of
+// nats.go. On error nothing is left subscribed. An error after the job was
+// sent (ctx ended while Submit waited for the server's ack) leaves the job's
+// fate unknown: submitting it again with the same ExecutionID (the error
+// names it) within the duplicate window is safe, as above.
+func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
+	if job.ExecutionID == "" {
+		job.ExecutionID = NewExecutionID()
+	}
+	if err := job.Validate(job.Sandbox, c.maxScriptBytes); err != nil {
+		return nil, fmt.Errorf("submit job: %w", err)
+	}
+	id, subject := job.ExecutionID, wire.ExecSubject(job.Sandbox)
+	data, err := wire.EncodeJob(c.contentType, &job)
+	if err != nil {
+		return nil, fmt.Errorf("submit execution %q: %w", id, err)
+	}
+
+	e, err := c.follow(ctx, id, job.Sandbox)
+	if err != nil {
+		return nil, fmt.Errorf("submit execution %q: %w", id, err)
+	}
+
+	msg := nats.NewMsg(subject)
+	msg.Data = data
+	msg.Header.Set(wire.HeaderMsgID, id)
+	msg.Header.Set(wire.HeaderContentType, c.contentType)
+	otel.GetTextMapPropagator().Inject(ctx, headerCarrier(msg.Header))
+	ack, err := c.js.PublishMsg(ctx, msg)
+	if err != nil {
+		e.Close()
+		switch {
+		case isNoStream(err):
+			return nil, errorf(ErrNoStream, "submit execution %q: no JetStream stream captures %s: is a jazzmine worker running against this NATS server? (%w)", id, subject, err)
+		case isBacklogFull(err):
+			return nil, errorf(ErrBacklogFull, "submit execution %q: the job backlog of sandbox %q is full, try again later (%w)", id, job.Sandbox, err)
+		}
+		return nil, fmt.Errorf("submit execution %q: publish on %s: %w", id, subject, err)
+	}
+	e.Duplicate = ack.Duplicate
+	if ack.Duplicate {
+		c.log.Debug("jazzmine job dropped as a duplicate, following the earlier one", "execution_id", id, "sandbox", job.Sandbox)
+	}
+	return e, nil
+}
+
+// follow subscribes to the events of execution id and starts the goroutine
+// that reads them.
+func (c *Client) follow(ctx context.Context, id, sandbox string) (*Execution, error) {
+	filter := wire.EventsWildcard(id)
+	cons, err := c.js.OrderedConsumer(ctx, wire.StreamEvents, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{filter},
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: consumerInactiveThreshold,
+	})
+	if err != nil {
+		if isNoStream(err) {
+			return nil, errorf(ErrNoStream, "no JetStream stream %s for the execution's events: is a jazzmine worker running against this NATS server? (%w)", wire.StreamEvents, err)
+		}
+		return nil, fmt.Errorf("subscribe to %s: %w", filter, err)
+	}
+	iter, err := cons.Messages()
+	if err != nil {
+		c.deleteConsumer(cons)
+		return nil, fmt.Errorf("subscribe to %s: %w", filter, err)
+	}
+	e := newExecution(c, id, sandbox, cons, iter)
+	go e.run()
+	return e, nil
+}
+
+// deleteConsumer deletes the server side of an events consumer. Failing
+// that, the server deletes it after consumerInactiveThreshold.
+func (c *Client) deleteConsumer(cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), consumerDeleteTimeout)
+	defer cancel()
+	err := c.js.DeleteConsumer(ctx, wire.StreamEvents, info.Name)
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		c.log.Debug("jazzmine client: delete events consumer", "consumer", info.Name, "error", err)
+	}
+}
+
+// Run submits job, waits for its result and closes the execution:
+// [Client.Submit], [Execution.Wait] and [Execution.Close]. ctx bounds the
+// whole run; when it ends first, Run returns its error and leaves the job
+// running (cancel it with [Client.Cancel] if that is not what you want). A
+// script that fails is a Result with Success false, not an error.
+func (c *Client) Run(ctx context.Context, job wire.Job) (*Result, error) {
+	e, err := c.Submit(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	return e.Wait(ctx)
+}
+
+// Cancel asks the workers to cancel execution executionID, by a plain NATS
+// publish on jazzmine.cancel.<executionID>. It works whether the job is
+// queued or running; the outcome arrives on the execution's events as an
+// error event of kind [wire.KindCancelled] followed by script_done (a job
+// that already ended is not affected). Cancel returns once the server has
+// the request; ctx bounds that wait, [DefaultCancelTimeout] when it has no
+// deadline. An invalid id is refused (the error wraps [wire.ErrInvalidID]).
+func (c *Client) Cancel(ctx context.Context, executionID string) error {
+	if err := wire.ValidateID("execution_id", executionID); err != nil {
+		return fmt.Errorf("cancel execution: %w", err)
+	}
+	msg := nats.NewMsg(wire.CancelSubject(executionID))
+	otel.GetTextMapPropagator().Inject(ctx, headerCarrier(msg.Header))
+	if err := c.nc.PublishMsg(msg); err != nil {
+		return fmt.Errorf("cancel execution %q: %w", executionID, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultCancelTimeout)
+		defer cancel()
+	}
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("cancel execution %q: flush: %w", executionID, err)
+	}
+	return nil
+}
+
+// headerCarrier lets otel's propagators read and write NATS headers. Unlike
+// http.Header, nats.Header keeps keys as they are, so the W3C propagator's
+// lowercase traceparent and tracestate stay lowercase.
+type headerCarrier nats.Header
+
+func (h headerCarrier) Get(key string) string { return nats.Header(h).Get(key) }
+func (h headerCarrier) Set(key, value string) { nats.Header(h).Set(key, value) }
+func (h headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	return keys
+}

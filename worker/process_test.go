@@ -1,0 +1,265 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/sandboxpool"
+	"github.com/jazzmine/worker/wire"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// workerBinary builds cmd/worker once per test binary.
+func workerBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "jazzmine-worker-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "worker")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/worker")
+		cmd.Dir = testenv.RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build ./cmd/worker: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// workerProcess is `worker serve` running as its own process.
+type workerProcess struct {
+	id  string
+	cmd *exec.Cmd
+	log *syncWriter
+}
+
+// startProcess starts `worker serve` with the config against the NATS server at url.
+func startProcess(t *testing.T, config, url, id string) *workerProcess {
+	t.Helper()
+	log := &syncWriter{w: &bytes.Buffer{}}
+	cmd := exec.Command(workerBinary(t), "serve", "--config", config, "--worker-id", id, "--log-level", "debug")
+	cmd.Env = append(os.Environ(), "NATS_URL="+url)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &workerProcess{id: id, cmd: cmd, log: log}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(90 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		}
+		if t.Failed() {
+			t.Logf("log of worker %s:\n%s", id, log.String())
+		}
+		removeContainersOf(t, id) // a killed worker's, if the test failed before the reaper ran
+	})
+	return p
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+func containersOf(t testing.TB, workerID string) []string {
+	t.Helper()
+	res, err := testenv.Docker(t).ContainerList(context.Background(), client.ContainerListOptions{
+		All: true, Filters: client.Filters{}.Add("label", sandboxpool.LabelWorker+"="+workerID),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range res.Items {
+		ids = append(ids, c.ID[:12])
+	}
+	return ids
+}
+
+func removeContainersOf(t testing.TB, workerID string) {
+	for _, id := range containersOf(t, workerID) {
+		_, _ = testenv.Docker(t).ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
+	}
+}
+
+// writeConfig writes a config with the example sandbox and fast failure detection.
+func writeConfig(t *testing.T, extra string) string {
+	t.Helper()
+	tools := filepath.Join(testenv.RepoRoot(), "examples", "tools", "*.py")
+	cfg := fmt.Sprintf(`worker:
+  ack_wait: 3s
+  heartbeat: 500ms
+  liveness_ttl: 2s
+  reap_interval: 1s
+  reap_min_age: 1ms
+  shutdown_grace: 5s
+%ssandboxes:
+  default:
+    tools: [%q]
+    pool: {size: 1, max_overflow: 1}
+`, extra, tools)
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestAJobSurvivesItsWorkerBeingKilled kills the worker process running a job with
+// SIGKILL: another worker runs it again (attempt 2) to a terminal event, and removes
+// the dead worker's containers.
+func TestAJobSurvivesItsWorkerBeingKilled(t *testing.T) {
+	testenv.SandboxImage(t) // built once, before the processes race to build it
+	srv, nc := testenv.NATS(t)
+	config := writeConfig(t, "")
+	suffix := time.Now().UnixNano() % 1_000_000
+	procs := map[string]*workerProcess{}
+	for _, name := range []string{"a", "b"} {
+		id := fmt.Sprintf("proc-%s-%d", name, suffix)
+		procs[id] = startProcess(t, config, srv.ClientURL(), id)
+	}
+	a := newAgent(t, nc)
+	waitFor(t, 2*time.Minute, "both workers to serve", func() bool {
+		for id := range procs {
+			if len(containersOf(t, id)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	id := newID("survivor")
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: id, Sandbox: "default", TimeoutSec: 60,
+		Script: "import os, time\nprint('attempt starting', flush=True)\ntime.sleep(4)\nemit_result('finished')"})
+	var victim *workerProcess
+	waitFor(t, time.Minute, "the job to start", func() bool {
+		if ev := find(a.allEvents(id), wire.EventStdout); ev != nil {
+			victim = procs[ev.WorkerID]
+			return true
+		}
+		return false
+	})
+	if err := victim.cmd.Process.Kill(); err != nil { // SIGKILL
+		t.Fatal(err)
+	}
+	_ = victim.cmd.Wait()
+	if left := containersOf(t, victim.id); len(left) == 0 {
+		t.Fatal("the killed worker left no container: the reaper test below would prove nothing")
+	}
+
+	evs := a.events(id, 2*time.Minute) // the first script_done: attempt 1 never published one
+	done := last(evs)
+	if done.Attempt != 2 || !done.Success || done.WorkerID == victim.id {
+		t.Errorf("script_done = attempt %d on %s, success %v; want attempt 2 on the other worker: %s", done.Attempt, done.WorkerID, done.Success, describe(evs))
+	}
+	waitFor(t, time.Minute, "the dead worker's containers to be removed", func() bool { return len(containersOf(t, victim.id)) == 0 })
+}
+
+// TestAJobOutOfDeliveriesStillEnds: with one delivery allowed, a job whose worker is
+// killed is given up, and still ends with a terminal event.
+func TestAJobOutOfDeliveriesStillEnds(t *testing.T) {
+	testenv.SandboxImage(t)
+	srv, nc := testenv.NATS(t)
+	config := writeConfig(t, "  max_deliver: 1\n")
+	suffix := time.Now().UnixNano() % 1_000_000
+	victimID, otherID := fmt.Sprintf("once-a-%d", suffix), fmt.Sprintf("once-b-%d", suffix)
+	victim := startProcess(t, config, srv.ClientURL(), victimID)
+	a := newAgent(t, nc)
+	waitFor(t, 2*time.Minute, "the worker to serve", func() bool { return len(containersOf(t, victimID)) > 0 })
+	id := newID("once")
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: id, Sandbox: "default", TimeoutSec: 60,
+		Script: "print('running', flush=True)\nimport time\ntime.sleep(30)"})
+	waitFor(t, time.Minute, "the job to start", func() bool { return find(a.allEvents(id), wire.EventStdout) != nil })
+	startProcess(t, config, srv.ClientURL(), otherID) // the survivor answers the advisory
+	waitFor(t, 2*time.Minute, "the other worker to serve", func() bool { return len(containersOf(t, otherID)) > 0 })
+	_ = victim.cmd.Process.Kill()
+	_ = victim.cmd.Wait()
+
+	evs := a.events(id, time.Minute)
+	e := find(evs, wire.EventError)
+	if e == nil || e.Kind != wire.KindInfrastructure || last(evs).Success {
+		t.Errorf("events: %s, want an infrastructure error and a failed script_done", describe(evs))
+	}
+	js := a.js
+	stream, err := js.Stream(t.Context(), wire.StreamExec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the given-up job to leave the backlog", func() bool {
+		info, err := stream.Info(t.Context())
+		return err == nil && info.State.Msgs == 0
+	})
+}
+
+// TestSIGTERMFinishesShortJobsCancelsLongOnesAndRemovesContainers.
+func TestSIGTERMLetsJobsFinishThenCancelsThemAndRemovesContainers(t *testing.T) {
+	testenv.SandboxImage(t)
+	srv, nc := testenv.NATS(t)
+	config := writeConfig(t, "") // shutdown_grace: 5s, two slots
+	id := fmt.Sprintf("term-%d", time.Now().UnixNano()%1_000_000)
+	p := startProcess(t, config, srv.ClientURL(), id)
+	a := newAgent(t, nc)
+	waitFor(t, 2*time.Minute, "the worker to serve", func() bool { return len(containersOf(t, id)) > 0 })
+	short, long := newID("short"), newID("long")
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: short, Sandbox: "default", Script: "print('go', flush=True)\nimport time\ntime.sleep(1)\nemit_result('made it')"})
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: long, Sandbox: "default", TimeoutSec: 120, Script: "print('go', flush=True)\nimport time\ntime.sleep(60)"})
+	waitFor(t, time.Minute, "both jobs to start", func() bool {
+		return find(a.allEvents(short), wire.EventStdout) != nil && find(a.allEvents(long), wire.EventStdout) != nil
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if done := last(a.events(short, time.Minute)); !done.Success {
+		t.Errorf("the short job did not finish within the grace period: %+v", done)
+	}
+	evs := a.events(long, time.Minute)
+	if e := find(evs, wire.EventError); e == nil || e.Kind != wire.KindCancelled {
+		t.Errorf("the long job: %s, want cancelled at the end of the grace period", describe(evs))
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Errorf("worker exit: %v", err)
+	}
+	if left := containersOf(t, id); len(left) != 0 {
+		t.Errorf("containers left after SIGTERM: %v", left)
+	}
+}
