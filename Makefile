@@ -37,6 +37,14 @@ test-go: ## Go tests with the race detector (real harness, real Docker, in-proce
 .PHONY: test
 test: lint base-image test-python test-go ## Everything CI runs: lint, base image, Python and Go tests
 
+.PHONY: run
+run: base-image build ## Run the worker with the example config and the embedded NATS server (127.0.0.1:4222)
+	./bin/worker serve --config examples/config.yaml
+
+.PHONY: demo
+demo: base-image build ## Build what is needed, start a worker, submit example jobs, show their events, stop
+	./examples/demo.sh
+
 .PHONY: bench-harness
 bench-harness: ## Benchmark one trivial execution through the executor and a local harness
 	$(GO) test -run '^$$' -bench . -benchtime 2000x -count 5 ./harness/

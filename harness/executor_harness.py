@@ -236,14 +236,19 @@ def _helpers(io_, mode):
     return {"emit_result": emit_result, "emit_intermediate": emit_intermediate, "emit_log": emit_log}
 
 
+_HIDDEN_FRAMES = (os.path.abspath(__file__), os.path.dirname(asyncio.__file__), os.path.dirname(os.path.dirname(asyncio.__file__)) + "/concurrent/")
+
+
 def _script_traceback(e):
-    """The traceback from the script's own frames on: the harness's are noise to its author."""
+    """The traceback of the script's and the tools' own frames: the harness's, and the
+    machinery that runs async tools on their loop, are noise to the script's author."""
     tb = e.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != "<script>":
         tb = tb.tb_next
     if tb is None:  # a SyntaxError, raised by compile() before any script frame
         return "".join(traceback.format_exception_only(type(e), e))
-    return "".join(traceback.format_exception(type(e), e, tb))
+    frames = [f for f in traceback.extract_tb(tb) if not f.filename.startswith(_HIDDEN_FRAMES)]
+    return "".join(["Traceback (most recent call last):\n"] + traceback.format_list(frames) + traceback.format_exception_only(type(e), e))
 
 
 def _on_alarm(signum, frame):

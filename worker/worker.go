@@ -67,7 +67,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg:       cfg,
-		log:       cfg.Logger.With("worker_id", cfg.WorkerID),
+		log:       cfg.Logger,
 		js:        js,
 		consumers: map[string]jetstream.Consumer{},
 		running:   map[string]*execution{},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -61,7 +62,7 @@ Environment: NATS_URL, DOCKER_HOST, OTEL_* mean what they always mean.
 `
 
 // run dispatches a subcommand. Only main picks the exit code.
-func run(ctx context.Context, args []string, getenv func(string) string, stdin *os.File, stdout, stderr *os.File) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return &exitError{code: 2}

@@ -88,6 +88,23 @@ class TracebackTest(unittest.TestCase):
         self.assertNotIn("test_harness", tb)
 
 
+class AsyncToolTracebackTest(unittest.TestCase):
+    def test_hides_the_event_loop_machinery_but_keeps_the_tool(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "t.py"), "w") as f:
+                f.write("async def boom(x):\n    raise ValueError('bad ' + x)\n")
+            tools, _ = eh.load_tools(d)
+            try:
+                exec(compile("boom('input')", "<script>", "exec"), dict(tools))
+            except ValueError as e:
+                tb = eh._script_traceback(e)
+        self.assertIn('File "<script>", line 1', tb)
+        self.assertIn("t.py\", line 2, in boom", tb)
+        self.assertNotIn("executor_harness", tb)
+        self.assertNotIn("concurrent", tb)
+        self.assertTrue(tb.endswith("ValueError: bad input\n"))
+
+
 class HarnessProcess:
     """A real harness process driven over its stdin and stdout."""
 

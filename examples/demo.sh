@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# make demo: start a worker (embedded NATS), submit the example jobs, show their
+# events, stop the worker, and check that it left no container behind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin=./bin/worker
+port=${DEMO_NATS_PORT:-4223}
+store=$(mktemp -d)
+log=$(mktemp)
+worker_id="demo-$$"
+url="nats://127.0.0.1:$port"
+
+cleanup() {
+  if [ -n "${pid:-}" ] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+  rm -rf "$store" "$log"
+}
+trap cleanup EXIT
+
+echo "demo: starting the worker (embedded NATS on 127.0.0.1:$port, log in $log)"
+env -u NATS_URL "$bin" serve --config examples/config.yaml --nats-listen "127.0.0.1:$port" --store-dir "$store" --worker-id "$worker_id" >"$log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q 'msg=serving' "$log" && break
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "demo: the worker exited:"; cat "$log"; exit 1
+  fi
+  sleep 0.2
+done
+grep -q 'msg=serving' "$log" || { echo "demo: the worker did not start in time:"; cat "$log"; exit 1; }
+
+run() { # run EXPECTED_EXIT TITLE ARGS...
+  local want=$1 title=$2; shift 2
+  echo
+  echo "== $title"
+  local got=0
+  NATS_URL=$url "$bin" submit "$@" || got=$?
+  if [ "$got" != "$want" ]; then
+    echo "demo: '$title' exited $got, want $want"; exit 1
+  fi
+}
+run 0 "a result, intermediates, logs and printed output" examples/jobs/1_result.py
+run 0 "an async tool called as a plain function" examples/jobs/2_async_tool.py
+run 1 "an exception, with the script's traceback" examples/jobs/3_exception.py
+run 1 "a timeout" --timeout 1 examples/jobs/4_timeout.py
+run 0 "the same, as raw JSON events (what an agent reads)" --json --encoding json -e 'emit_result({"ok": True})'
+
+echo
+echo "demo: stopping the worker"
+kill -TERM "$pid"
+wait "$pid" || { echo "demo: the worker exited with an error:"; cat "$log"; exit 1; }
+pid=
+left=$(docker ps -aq --filter "label=jazzmine.worker=$worker_id" | wc -l)
+if [ "$left" != 0 ]; then
+  echo "demo: $left container(s) of the worker are left"; exit 1
+fi
+echo "demo: done; no container left behind"
