@@ -47,4 +47,9 @@ demo: base-image build ## Build what is needed, start a worker, submit example j
 
 .PHONY: bench-harness
 bench-harness: ## Benchmark one trivial execution through the executor and a local harness
-	$(GO) test -run '^$$' -bench . -benchtime 2000x -count 5 ./harness/
+	$(GO) test -run '^$$' -bench . -benchtime 2000x -count 3 ./harness/
+
+.PHONY: bench-pool
+bench-pool: base-image ## Benchmark checkout, cold spawn and trivial executions through containers
+	$(GO) test -run '^$$' -bench 'Checkout|RunInContainer|WarmExecution' -benchtime 1000x -count 1 ./sandboxpool/
+	$(GO) test -run '^$$' -bench 'Spawn' -benchtime 20x -count 1 ./sandboxpool/
