@@ -49,6 +49,11 @@ demo: base-image build ## Build what is needed, start a worker, submit example j
 bench-harness: ## Benchmark one trivial execution through the executor and a local harness
 	$(GO) test -run '^$$' -bench . -benchtime 2000x -count 3 ./harness/
 
+.PHONY: bench-e2e
+bench-e2e: base-image ## Benchmark publish-to-script_done through a worker, beside docker run --rm and docker exec
+	$(GO) test -run '^$$' -bench 'EndToEnd|Throughput' -benchtime 1000x -count 1 ./worker/
+	$(GO) test -run '^$$' -bench 'DockerRun|DockerExec' -benchtime 30x -count 1 ./worker/
+
 .PHONY: bench-pool
 bench-pool: base-image ## Benchmark checkout, cold spawn and trivial executions through containers
 	$(GO) test -run '^$$' -bench 'Checkout|RunInContainer|WarmExecution' -benchtime 1000x -count 1 ./sandboxpool/

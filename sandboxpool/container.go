@@ -44,6 +44,7 @@ type ctr struct {
 	// Guarded by Pool.mu.
 	state     state
 	uses      int
+	retiring  bool // on its last use; its slot already went to a replacement
 	idleSince time.Time
 	lastCheck time.Time
 }

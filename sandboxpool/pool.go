@@ -55,7 +55,8 @@ type sandbox struct {
 	cfg      Sandbox
 	idle     []*ctr     // LIFO: the most recently used container is handed out first
 	waiters  *list.List // of *waiter, FIFO
-	total    int        // containers alive or starting, whatever their state
+	total    int        // slots taken: containers alive or starting, whatever their state
+	retiring int        // containers on their last use, whose slots went to replacements
 	starting int
 	inUse    int
 	stats    SandboxStats // counters
@@ -226,7 +227,16 @@ func (p *Pool) took(sb *sandbox, h handoff, started time.Time) (*Lease, error) {
 
 func (p *Pool) lendLocked(c *ctr) {
 	c.state = stateInUse
-	c.sandbox.inUse++
+	sb := c.sandbox
+	sb.inUse++
+	if c.uses+1 >= sb.cfg.MaxUses && !c.retiring {
+		// Its last use: hand its slot to a replacement that starts now, so that
+		// recycling never leaves the sandbox without a warm container.
+		c.retiring = true
+		sb.total--
+		sb.retiring++
+		p.refillLocked(sb)
+	}
 }
 
 // offerLocked hands c to the first waiter or puts it in the idle queue.
@@ -244,7 +254,23 @@ func (p *Pool) offerLocked(c *ctr) {
 	}
 	c.state = stateIdle
 	c.idleSince = time.Now()
+	if c.retiring {
+		// Worn out, serving only until its replacement is ready: lent last.
+		sb.idle = append([]*ctr{c}, sb.idle...)
+		return
+	}
 	sb.idle = append(sb.idle, c)
+}
+
+// retireWornLocked retires one idle container that is past MaxUses, now that a new
+// container has come to take its place.
+func (p *Pool) retireWornLocked(sb *sandbox) {
+	for _, c := range sb.idle {
+		if c.retiring {
+			p.retireLocked(c, RetireMaxUses)
+			return
+		}
+	}
 }
 
 // spawnLocked starts one container in the background. The caller has counted it in
@@ -276,6 +302,7 @@ func (p *Pool) spawnLocked(sb *sandbox, done func(error)) {
 			c.lastCheck = time.Now()
 			p.all[c.id] = c
 			p.offerLocked(c)
+			p.retireWornLocked(sb)
 			p.wg.Add(1)
 			go p.watch(c)
 			p.mu.Unlock()
@@ -324,7 +351,11 @@ func (p *Pool) retireLocked(c *ctr, reason string) {
 	}
 	c.state = stateGone
 	delete(p.all, c.id)
-	sb.total--
+	if c.retiring {
+		sb.retiring--
+	} else {
+		sb.total--
+	}
 	sb.stats.Retired[reason]++
 	p.wg.Add(1)
 	go func() {
@@ -427,8 +458,10 @@ func (p *Pool) release(c *ctr, reason string) {
 	case reason != "":
 	case p.closed:
 		reason = RetireClosing
-	case c.uses >= sb.cfg.MaxUses:
+	case c.uses >= sb.cfg.MaxUses && (len(sb.idle) > 0 || sb.starting == 0):
 		reason = RetireMaxUses
+		// Otherwise it serves on, past MaxUses, until its replacement is ready: the
+		// sandbox is never left without a container because one wore out.
 	}
 	if reason != "" {
 		p.retireLocked(c, reason)

@@ -158,7 +158,7 @@ func TestContainersAreRecycledAfterMaxUses(t *testing.T) {
 	sb.MaxUses = 2
 	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sb}})
 	var ids []string
-	for i := range 3 {
+	use := func(i int) {
 		l := checkout(t, p, "uses")
 		ids = append(ids, l.ContainerID())
 		if res := run(t, l, fmt.Sprintf("emit_result(%d)", i)); !res.Success {
@@ -166,15 +166,47 @@ func TestContainersAreRecycledAfterMaxUses(t *testing.T) {
 		}
 		l.Release()
 	}
+	use(0)
+	use(1) // its last use: the replacement starts now
+	// The worn-out container goes once its replacement is ready, not before, so the
+	// sandbox always has a container.
+	eventually(t, 60*time.Second, "the worn-out container to be retired", func() bool {
+		return stats(p, "uses").Retired[sandboxpool.RetireMaxUses] == 1
+	})
+	use(2)
 	if ids[0] != ids[1] || ids[1] == ids[2] {
-		t.Errorf("container ids over three uses = %v, want the first reused once, then a new one", ids)
-	}
-	if got := stats(p, "uses").Retired[sandboxpool.RetireMaxUses]; got != 1 {
-		t.Errorf("retired for max uses = %d, want 1", got)
+		t.Errorf("container ids over three uses = %v, want the first used twice, then a new one", ids)
 	}
 	eventually(t, 30*time.Second, "the worn-out container should be removed from Docker", func() bool {
 		return !slices.Contains(containersOf(t, workerOf(p)), ids[0])
 	})
+	if s := stats(p, "uses"); s.Total != 1 {
+		t.Errorf("containers after recycling = %d, want 1", s.Total)
+	}
+}
+
+func TestAWornOutContainerServesOnUntilItsReplacementIsReady(t *testing.T) {
+	sb := sandbox(t, "worn", 1, 0)
+	sb.MaxUses = 1
+	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sb}})
+	first := checkout(t, p, "worn") // its only use: a replacement starts
+	id := first.ContainerID()
+	first.Release()
+	// Until the replacement is ready, a caller is not kept waiting for a spawn.
+	again := checkout(t, p, "worn")
+	if again.ContainerID() != id && stats(p, "worn").Retired[sandboxpool.RetireMaxUses] == 0 {
+		t.Errorf("got %s before any retirement, want the worn-out %s", again.ContainerID(), id)
+	}
+	again.Release()
+	eventually(t, 60*time.Second, "the replacement to take over", func() bool {
+		s := stats(p, "worn")
+		return s.Retired[sandboxpool.RetireMaxUses] >= 1 && s.Idle == 1 && s.Total == 1
+	})
+	next := checkout(t, p, "worn")
+	defer next.Release()
+	if next.ContainerID() == id {
+		t.Error("the worn-out container was lent after its replacement was ready")
+	}
 }
 
 func TestAContainerKilledFromOutsideIsReplaced(t *testing.T) {

@@ -11,7 +11,9 @@ type Stats struct {
 // SandboxStats are one sandbox's gauges (now) and counters (since New).
 type SandboxStats struct {
 	// Idle containers wait in the queue; InUse are checked out; Starting are being
-	// spawned; Busy are being reset or health-checked. Total counts them all.
+	// spawned; Busy are being reset or health-checked. Total counts them all, with a
+	// container on its last use whose replacement is already starting (so Total may
+	// pass Capacity by the containers being recycled).
 	Idle, InUse, Starting, Busy, Total int
 	// Capacity is PoolSize+MaxOverflow; PoolSize is the warm target.
 	Capacity, PoolSize int
@@ -42,7 +44,7 @@ func (p *Pool) Stats() Stats {
 		s.Idle = len(sb.idle)
 		s.InUse = sb.inUse
 		s.Starting = sb.starting
-		s.Total = sb.total
+		s.Total = sb.total + sb.retiring
 		s.Busy = sb.total - s.Idle - s.InUse - s.Starting
 		s.Capacity = sb.cfg.capacity()
 		s.PoolSize = sb.cfg.PoolSize

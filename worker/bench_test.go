@@ -1,0 +1,156 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jazzmine/worker/client"
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/wire"
+)
+
+// The benchmarks of this file measure the same trivial work (a Python one-liner that
+// returns a result) four ways, on the same machine in the same run:
+//
+//	BenchmarkEndToEnd    publish a job, wait for its script_done, through one worker
+//	BenchmarkThroughput  the same from 1, 2, 4, 8 and 16 concurrent agents
+//	BenchmarkDockerRun   docker run --rm of the sandbox image per call
+//	BenchmarkDockerExec  docker exec into one long-lived container per call
+//
+// Each reports the median and p99 latency of one call; run them with make bench-e2e.
+
+const trivial = "emit_result(1)"
+
+func BenchmarkEndToEnd(b *testing.B) {
+	for _, pool := range []int{2, 4} {
+		b.Run(fmt.Sprintf("pool=%d", pool), func(b *testing.B) { endToEnd(b, pool) })
+	}
+}
+
+func endToEnd(b *testing.B, pool int) {
+	_, nc := testenv.NATS(b)
+	startWorker(b, nc, pool, 0, nil)
+	c := newClient(b, nc)
+	ctx := context.Background()
+	run(b, ctx, c, 3) // warm up
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		run(b, ctx, c, 1)
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+func BenchmarkThroughput(b *testing.B) {
+	for _, agents := range []int{1, 2, 4, 8, 16} {
+		b.Run(fmt.Sprintf("agents=%d", agents), func(b *testing.B) {
+			_, nc := testenv.NATS(b)
+			startWorker(b, nc, 4, 0, nil)
+			c := newClient(b, nc)
+			ctx := context.Background()
+			run(b, ctx, c, 4)
+			var mu sync.Mutex
+			var lat []time.Duration
+			jobs := make(chan struct{}, b.N)
+			for range b.N {
+				jobs <- struct{}{}
+			}
+			close(jobs)
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for range agents {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range jobs {
+						t0 := time.Now()
+						run(b, ctx, c, 1)
+						d := time.Since(t0)
+						mu.Lock()
+						lat = append(lat, d)
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
+			reportLatency(b, lat)
+		})
+	}
+}
+
+func BenchmarkDockerRun(b *testing.B) {
+	img := testenv.SandboxImage(b).Tag
+	lat := make([]time.Duration, 0, b.N)
+	for range b.N {
+		t0 := time.Now()
+		out, err := exec.Command("docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", img, "-c", "print(1)").CombinedOutput()
+		lat = append(lat, time.Since(t0))
+		if err != nil || string(out) != "1\n" {
+			b.Fatalf("docker run: %v %q", err, out)
+		}
+	}
+	reportLatency(b, lat)
+}
+
+func BenchmarkDockerExec(b *testing.B) {
+	img := testenv.SandboxImage(b).Tag
+	out, err := exec.Command("docker", "run", "-d", "--rm", "--network", "none", "--label", "jazzmine.managed=true", "--label", "jazzmine.worker=bench-exec",
+		"--entrypoint", "sleep", img, "600").Output()
+	if err != nil {
+		b.Fatal(err)
+	}
+	id := string(out[:12])
+	b.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", id).Run() })
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		out, err := exec.Command("docker", "exec", id, "python3", "-c", "print(1)").CombinedOutput()
+		lat = append(lat, time.Since(t0))
+		if err != nil || string(out) != "1\n" {
+			b.Fatalf("docker exec: %v %q", err, out)
+		}
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+func newClient(b testing.TB, nc *nats.Conn) *client.Client {
+	c, err := client.New(client.Config{Conn: nc})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+func run(b testing.TB, ctx context.Context, c *client.Client, n int) {
+	for range n {
+		res, err := c.Run(ctx, wire.Job{Sandbox: "default", Script: trivial})
+		if err != nil || !res.Success {
+			b.Fatalf("run: %v %+v", err, res)
+		}
+	}
+}
+
+func reportLatency(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	at := func(q float64) float64 {
+		return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(at(0.5), "median-ms")
+	b.ReportMetric(at(0.99), "p99-ms")
+}
