@@ -379,3 +379,35 @@ func TestOrphansOfDeadWorkersAreReapedAndLiveWorkersAreNot(t *testing.T) {
 		t.Errorf("workers asked about: %v", asked)
 	}
 }
+
+func TestIdleOverflowContainersGoAfterTheIdleTimeout(t *testing.T) {
+	sb := sandbox(t, "idle", 1, 1)
+	sb.IdleTimeout = 500 * time.Millisecond
+	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sb}})
+	a, b := checkout(t, p, "idle"), checkout(t, p, "idle") // the second is overflow
+	a.Release()
+	b.Release()
+	eventually(t, 30*time.Second, "the pool to shrink back to its size", func() bool {
+		s := stats(p, "idle")
+		return s.Total == 1 && s.Idle == 1 && s.Retired[sandboxpool.RetireIdle] == 1
+	})
+	eventually(t, 30*time.Second, "the idle container to leave Docker", func() bool { return len(containersOf(t, workerOf(p))) == 1 })
+}
+
+func TestAnIdleContainerThatStopsAnsweringIsReplaced(t *testing.T) {
+	p := newPool(t, sandboxpool.Config{
+		Sandboxes:      []sandboxpool.Sandbox{sandbox(t, "health", 1, 0)},
+		HealthInterval: 200 * time.Millisecond,
+		ResetTimeout:   500 * time.Millisecond,
+	})
+	before := containersOf(t, workerOf(p))
+	// A paused container keeps its stream open but answers nothing.
+	if _, err := docker(t).ContainerPause(context.Background(), before[0], client.ContainerPauseOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the silent container to be replaced", func() bool {
+		s := stats(p, "health")
+		ids := containersOf(t, workerOf(p))
+		return s.Retired[sandboxpool.RetireUnhealthy] == 1 && s.Idle == 1 && len(ids) == 1 && ids[0] != before[0]
+	})
+}

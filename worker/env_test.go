@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ func startWorker(t testing.TB, nc *nats.Conn, poolSize, overflow int, tweak func
 		t.Fatal(err)
 	}
 	id := fmt.Sprintf("test-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
-	sb := sandboxpool.Sandbox{Name: "default", Image: img.Tag, Checksum: img.Checksum, PoolSize: poolSize, MaxOverflow: overflow}
+	sb := sandboxpool.Sandbox{Name: "default", Image: img.Tag, Checksum: img.Checksum, PoolSize: poolSize, MaxOverflow: overflow, MaxUses: benchMaxUses}
 	pool, err := sandboxpool.New(sandboxpool.Config{
 		Docker: testenv.Docker(t), WorkerID: id, Sandboxes: []sandboxpool.Sandbox{sb}, WorkerAlive: worker.WorkerAlive(js),
 	})
@@ -203,4 +204,12 @@ func newID(prefix string) string {
 
 func jetstreamSubjects(filter string) jetstream.StreamInfoOpt {
 	return jetstream.WithSubjectFilter(filter)
+}
+
+// benchMaxUses is the pool's MaxUses in these tests (0: the default, 50). The
+// benchmarks' -maxuses flag changes it to show what container recycling costs.
+var benchMaxUses = 0
+
+func init() {
+	flag.IntVar(&benchMaxUses, "maxuses", 0, "MaxUses of the test pools (0: the default)")
 }
