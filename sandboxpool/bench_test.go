@@ -3,11 +3,11 @@ package sandboxpool_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/jazzmine/worker/harness"
+	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/sandboxpool"
 )
 
@@ -33,8 +33,8 @@ func BenchmarkCheckout(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	report(b, "checkout", checkout)
-	report(b, "release", release)
+	testenv.ReportLatency(b, "checkout-", checkout)
+	testenv.ReportLatency(b, "release-", release)
 }
 
 // BenchmarkSpawn measures a cold start: create, attach, start and the harness's ready
@@ -59,7 +59,7 @@ func BenchmarkSpawn(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	report(b, "spawn", lat)
+	testenv.ReportLatency(b, "spawn-", lat)
 }
 
 // BenchmarkWarmExecution measures one trivial execution as a caller sees it: checkout,
@@ -86,7 +86,7 @@ func BenchmarkWarmExecution(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			report(b, "exec", lat)
+			testenv.ReportLatency(b, "exec-", lat)
 		})
 	}
 }
@@ -103,15 +103,6 @@ func waitIdle(b *testing.B, p *sandboxpool.Pool, name string, idle int) {
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
-}
-
-func report(b *testing.B, what string, lat []time.Duration) {
-	slices.Sort(lat)
-	at := func(q float64) float64 {
-		return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Nanoseconds()) / 1e3
-	}
-	b.ReportMetric(at(0.5), what+"-median-us")
-	b.ReportMetric(at(0.99), what+"-p99-us")
 }
 
 // BenchmarkRunInContainer measures executions through one checked-out container's
@@ -139,5 +130,5 @@ func BenchmarkRunInContainer(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	report(b, "run", lat)
+	testenv.ReportLatency(b, "run-", lat)
 }

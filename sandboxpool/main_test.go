@@ -1,25 +1,10 @@
 package sandboxpool_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
-
-	"go.uber.org/goleak"
 
 	"github.com/jazzmine/worker/internal/testenv"
 )
 
-// TestMain fails the package if any goroutine outlives the tests. The shared Docker
-// client is closed first: its idle HTTP connections are not the pool's.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testenv.CloseDocker()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// TestMain fails the package if any goroutine outlives its tests.
+func TestMain(m *testing.M) { testenv.Main(m) }

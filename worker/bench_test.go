@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -48,7 +47,7 @@ func endToEnd(b *testing.B, pool int) {
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
-	reportLatency(b, lat)
+	testenv.ReportLatency(b, "", lat)
 }
 
 func BenchmarkThroughput(b *testing.B) {
@@ -87,7 +86,7 @@ func BenchmarkThroughput(b *testing.B) {
 			elapsed := time.Since(start)
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
-			reportLatency(b, lat)
+			testenv.ReportLatency(b, "", lat)
 		})
 	}
 }
@@ -103,7 +102,7 @@ func BenchmarkDockerRun(b *testing.B) {
 			b.Fatalf("docker run: %v %q", err, out)
 		}
 	}
-	reportLatency(b, lat)
+	testenv.ReportLatency(b, "", lat)
 }
 
 func BenchmarkDockerExec(b *testing.B) {
@@ -126,7 +125,7 @@ func BenchmarkDockerExec(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	reportLatency(b, lat)
+	testenv.ReportLatency(b, "", lat)
 }
 
 func newClient(b testing.TB, nc *nats.Conn) *client.Client {
@@ -144,13 +143,4 @@ func run(b testing.TB, ctx context.Context, c *client.Client, n int) {
 			b.Fatalf("run: %v %+v", err, res)
 		}
 	}
-}
-
-func reportLatency(b *testing.B, lat []time.Duration) {
-	slices.Sort(lat)
-	at := func(q float64) float64 {
-		return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(at(0.5), "median-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
 }

@@ -74,11 +74,7 @@ func (w *Worker) coordinateCancel(m *nats.Msg) {
 		w.log.Warn("ignored a cancel", "subject", m.Subject, "err", err)
 		return
 	}
-	w.background.Add(1)
-	go func() {
-		defer w.background.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+	w.goBackground(func(ctx context.Context) {
 		rev, err := w.cancels.Create(ctx, id, []byte(cancelPending))
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return // already being cancelled
@@ -107,7 +103,7 @@ func (w *Worker) coordinateCancel(m *nats.Msg) {
 			w.log.Warn("publish the end of a cancelled queued job", "execution_id", id, "err", err)
 		}
 		w.log.Info("cancelled a queued job", "execution_id", id)
-	}()
+	})
 }
 
 // answerRunning cancels the execution if it runs here, and says so.

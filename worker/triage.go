@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,25 +26,11 @@ func (w *Worker) triage(m *nats.Msg) {
 	if _, ok := w.consumers[sandbox]; ok {
 		return // ours: the common case costs a map lookup
 	}
-	w.background.Add(1)
-	go func() {
-		defer w.background.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+	w.goBackground(func(ctx context.Context) {
 		if exists, err := w.consumerExists(ctx, sandbox); err != nil || exists {
 			return
 		}
-		id := m.Header.Get(wire.HeaderMsgID)
-		ct, err := wire.ParseContentType(m.Header.Get(wire.HeaderContentType))
-		if err != nil {
-			ct = wire.ContentTypeJSON
-		}
-		var meta map[string]string
-		if job, err := wire.DecodeJob(ct, m.Data); err == nil {
-			id, meta = usableID(job, id), job.Metadata
-		} else if wire.ValidateID("execution id", id) != nil {
-			id = ""
-		}
+		id, ct, meta := identify(m.Header, m.Data)
 		msg := fmt.Sprintf("unknown sandbox %q: no worker serves it (this worker serves %s)", sandbox, strings.Join(w.sandboxNames(), ", "))
 		w.log.Warn("job for an unknown sandbox", "sandbox", sandbox, "execution_id", id)
 		if id != "" {
@@ -55,7 +40,7 @@ func (w *Worker) triage(m *nats.Msg) {
 			}
 		}
 		w.purgeUnserved(ctx)
-	}()
+	})
 }
 
 // purgeUnserved removes the jobs of every subject that no consumer serves.
@@ -104,11 +89,7 @@ func (w *Worker) maxDeliveries(m *nats.Msg) {
 	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.Stream != wire.StreamExec {
 		return
 	}
-	w.background.Add(1)
-	go func() {
-		defer w.background.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+	w.goBackground(func(ctx context.Context) {
 		stream, err := w.js.Stream(ctx, wire.StreamExec)
 		if err != nil {
 			w.log.Warn("max deliveries: open the jobs stream", "err", err)
@@ -118,17 +99,7 @@ func (w *Worker) maxDeliveries(m *nats.Msg) {
 		if err != nil {
 			return // acked or removed meanwhile
 		}
-		ct, err := wire.ParseContentType(raw.Header.Get(wire.HeaderContentType))
-		if err != nil {
-			ct = wire.ContentTypeJSON
-		}
-		id := raw.Header.Get(wire.HeaderMsgID)
-		var meta map[string]string
-		if job, err := wire.DecodeJob(ct, raw.Data); err == nil {
-			id, meta = usableID(job, id), job.Metadata
-		} else if wire.ValidateID("execution id", id) != nil {
-			id = ""
-		}
+		id, ct, meta := identify(raw.Header, raw.Data)
 		if id != "" {
 			// Under the next attempt number: the events of the last delivery took the
 			// message ids of its own number, and the stream would drop these as duplicates.
@@ -143,5 +114,23 @@ func (w *Worker) maxDeliveries(m *nats.Msg) {
 			w.log.Warn("delete a job out of deliveries", "seq", adv.StreamSeq, "err", err)
 		}
 		w.log.Warn("gave up a job out of deliveries", "execution_id", id, "deliveries", adv.Deliveries)
-	}()
+	})
+}
+
+// identify reads what a job message says about itself for an error event: a usable
+// execution id (or ""), its encoding (JSON when the header names none that is known),
+// and its metadata.
+func identify(h nats.Header, data []byte) (id, ct string, meta map[string]string) {
+	id = h.Get(wire.HeaderMsgID)
+	ct, err := wire.ParseContentType(h.Get(wire.HeaderContentType))
+	if err != nil {
+		ct = wire.ContentTypeJSON
+	}
+	if job, err := wire.DecodeJob(ct, data); err == nil {
+		return usableID(job, id), ct, job.Metadata
+	}
+	if wire.ValidateID("execution id", id) != nil {
+		id = ""
+	}
+	return id, ct, nil
 }

@@ -30,9 +30,10 @@ type Worker struct {
 	workers   jetstream.KeyValue            // BucketWorkers
 	cancels   jetstream.KeyValue            // BucketCancels
 
-	mu      sync.Mutex // guards running and stopped
-	running map[string]*execution
-	stopped bool
+	mu       sync.Mutex // guards running, stopped and bgClosed
+	running  map[string]*execution
+	stopped  bool
+	bgClosed bool // no more background work may start
 
 	pulling     context.Context // ends when the worker stops taking jobs
 	stopPulling context.CancelFunc
@@ -100,7 +101,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.unsubscribe()
 		return fmt.Errorf("worker: %w", err)
 	}
-	w.background.Add(1)
+	w.background.Add(1) // before any Shutdown: Start has not returned yet
 	go w.keepAlive()
 	for _, sb := range w.cfg.Sandboxes {
 		for range sb.Slots {
@@ -170,6 +171,9 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	}
 	w.stopJobs()
 	w.unsubscribe()
+	w.mu.Lock()
+	w.bgClosed = true
+	w.mu.Unlock()
 	w.background.Wait()
 	if w.workers != nil {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -177,6 +181,23 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 		cancel()
 	}
 	return err
+}
+
+// goBackground runs f on its own goroutine with a bounded context, unless the worker
+// is shutting down. Shutdown waits for it.
+func (w *Worker) goBackground(f func(ctx context.Context)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.bgClosed {
+		return
+	}
+	w.background.Add(1)
+	go func() {
+		defer w.background.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		f(ctx)
+	}()
 }
 
 func (w *Worker) cancelRunning(cause error) {

@@ -5,9 +5,11 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
 
 	"github.com/jazzmine/worker/imagebuild"
 )
@@ -135,4 +138,32 @@ func NATS(t testing.TB) (*server.Server, *nats.Conn) {
 		srv.WaitForShutdown()
 	})
 	return srv, nc
+}
+
+// Main runs the tests of a package, then closes the shared Docker client (its idle
+// connections are not the code's) and fails the run if any goroutine outlived them.
+// Call it from TestMain: func TestMain(m *testing.M) { testenv.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	CloseDocker()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// ReportLatency reports the median and p99 of lat as benchmark metrics, in ms.
+func ReportLatency(b *testing.B, prefix string, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	at := func(q float64) float64 {
+		return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Nanoseconds()) / 1e6
+	}
+	b.ReportMetric(at(0.5), prefix+"median-ms")
+	b.ReportMetric(at(0.99), prefix+"p99-ms")
 }
