@@ -147,7 +147,7 @@ func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
 	msg.Data = data
 	msg.Header.Set(wire.HeaderMsgID, id)
 	msg.Header.Set(wire.HeaderContentType, c.contentType)
-	otel.GetTextMapPropagator().Inject(ctx, headerCarrier(msg.Header))
+	otel.GetTextMapPropagator().Inject(ctx, wire.HeaderCarrier(msg.Header))
 	ack, err := c.js.PublishMsg(ctx, msg)
 	if err != nil {
 		e.Close()
@@ -232,7 +232,7 @@ func (c *Client) Cancel(ctx context.Context, executionID string) error {
 		return fmt.Errorf("cancel execution: %w", err)
 	}
 	msg := nats.NewMsg(wire.CancelSubject(executionID))
-	otel.GetTextMapPropagator().Inject(ctx, headerCarrier(msg.Header))
+	otel.GetTextMapPropagator().Inject(ctx, wire.HeaderCarrier(msg.Header))
 	if err := c.nc.PublishMsg(msg); err != nil {
 		return fmt.Errorf("cancel execution %q: %w", executionID, err)
 	}
@@ -245,19 +245,4 @@ func (c *Client) Cancel(ctx context.Context, executionID string) error {
 		return fmt.Errorf("cancel execution %q: flush: %w", executionID, err)
 	}
 	return nil
-}
-
-// headerCarrier lets otel's propagators read and write NATS headers. Unlike
-// http.Header, nats.Header keeps keys as they are, so the W3C propagator's
-// lowercase traceparent and tracestate stay lowercase.
-type headerCarrier nats.Header
-
-func (h headerCarrier) Get(key string) string { return nats.Header(h).Get(key) }
-func (h headerCarrier) Set(key, value string) { nats.Header(h).Set(key, value) }
-func (h headerCarrier) Keys() []string {
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
-	}
-	return keys
 }

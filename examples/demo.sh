@@ -21,7 +21,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "demo: starting the worker (embedded NATS on 127.0.0.1:$port, log in $log)"
-env -u NATS_URL "$bin" serve --config examples/config.yaml --nats-listen "127.0.0.1:$port" --store-dir "$store" --worker-id "$worker_id" >"$log" 2>&1 &
+env -u NATS_URL "$bin" serve --config examples/config.yaml --nats-listen "127.0.0.1:$port" --store-dir "$store" --worker-id "$worker_id" --metrics-addr 127.0.0.1:0 >"$log" 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do
   grep -q 'msg=serving' "$log" && break

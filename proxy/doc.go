@@ -2,5 +2,61 @@
 // container (`worker proxy`): an HTTP forward proxy that allows only the
 // host:port pairs granted to the sandbox whose network a connection came from.
 //
-// It imports only the standard library.
+// It imports only the standard library. It does not create networks or start
+// the sidecar (imagebuild does), and it does not look inside TLS.
+//
+// # Who is asking
+//
+// Each sandbox with an allowlist sits on its own internal bridge network, and
+// the proxy is joined to all of them. A connection belongs to the sandbox one
+// of whose subnets holds its source address; each sandbox reaches only its own
+// allowlist, never the union. A source in no subnet is answered 403 and
+// disconnected.
+//
+// # Requests
+//
+//   - "CONNECT host:port" opens a tunnel (for TLS); the port is required.
+//   - "GET http://host[:port]/path" (any method, absolute URI) is forwarded, the
+//     port defaulting to 80, without its hop-by-hop and Proxy-* headers, over a
+//     new connection to the target; the client's connection may stay open for
+//     its next request. Protocol upgrades (WebSocket over plain HTTP) are not
+//     relayed.
+//   - Anything else (an origin-form "GET /", "https://" URIs, which must use
+//     CONNECT) is answered 400.
+//
+// # Allowlist, resolution and refusals
+//
+// An allowlist entry is "name:port", "ip:port" or "*.domain:port" (see
+// Sandbox.Allowed). A request is checked against the entries by the name it
+// gives, before anything is resolved; a request for an IP address matches only
+// an entry with that address. Then the proxy resolves the name itself (with
+// Config.Resolver) and connects to a resolved address, never to one the
+// client supplied, so the address checked is the address dialled.
+//
+// Addresses a name resolves to are refused when they are loopback, link-local
+// (169.254.0.0/16, fe80::/10: this covers the cloud metadata endpoint
+// 169.254.169.254), other known metadata endpoints (fd00:ec2::254,
+// 100.100.100.200), unspecified, multicast, broadcast, or inside any sandbox's
+// subnet. Other private addresses are allowed: naming a host that resolves to
+// one is the operator's choice. A name that resolves only to refused addresses
+// is answered 403. An IP-literal entry is the operator's explicit choice and
+// may be loopback or link-local, but never unspecified, multicast, broadcast
+// or inside a sandbox's subnet (New rejects such an entry).
+//
+// # Answers and bounds
+//
+//	400  not a proxy request, or a malformed one
+//	403  the source is in no sandbox; the target is not in the sandbox's
+//	     allowlist; the target resolves only to refused addresses
+//	431  the request header is over Config.MaxHeaderBytes
+//	502  the target cannot be resolved or connected to, or answers badly
+//	503  over Config.MaxConns, or over Config.MaxConnsPerSandbox for the sandbox
+//	504  resolving or connecting took over Config.DialTimeout, or the target
+//	     sent no response within Config.IdleTimeout
+//
+// Every refusal is logged at Warn with the sandbox, the source and the
+// target, and answered with a short text body naming them; the connection is
+// then closed. A request header must arrive within Config.HeaderTimeout; a
+// tunnel or a body in which no byte moved either way for Config.IdleTimeout is
+// closed.
 package proxy

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jazzmine/worker/harness"
 )
 
@@ -190,6 +192,9 @@ type Config struct {
 	HealthInterval time.Duration
 	// Logger receives the pool's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// TracerProvider traces the spawns a Checkout waits for, as children of the
+	// caller's span; nil means otel's global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // translatePath rewrites p through m, the longest matching prefix winning. A prefix

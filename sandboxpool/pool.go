@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jazzmine/worker/harness"
 )
@@ -34,9 +38,10 @@ const maintainInterval = time.Second
 // Pool keeps warm containers of each sandbox and lends them out one execution at a
 // time. Its methods are safe for concurrent use.
 type Pool struct {
-	cfg Config
-	log *slog.Logger
-	exe *harness.Executor
+	cfg    Config
+	log    *slog.Logger
+	exe    *harness.Executor
+	tracer trace.Tracer
 
 	mu        sync.Mutex // guards the fields below and every sandbox's and ctr's mutable state
 	sandboxes map[string]*sandbox
@@ -89,7 +94,11 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.ReapMinAge == 0 {
 		cfg.ReapMinAge = DefaultReapMinAge
 	}
-	p := &Pool{cfg: cfg, log: cfg.Logger, exe: cfg.Executor, sandboxes: map[string]*sandbox{}, all: map[string]*ctr{}, stopLoop: make(chan struct{})}
+	tp := cfg.TracerProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	p := &Pool{tracer: tp.Tracer("github.com/jazzmine/worker/sandboxpool"), cfg: cfg, log: cfg.Logger, exe: cfg.Executor, sandboxes: map[string]*sandbox{}, all: map[string]*ctr{}, stopLoop: make(chan struct{})}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -136,7 +145,7 @@ func (p *Pool) Start(ctx context.Context) error {
 			sb.total++
 			sb.starting++
 			wg.Add(1)
-			p.spawnLocked(sb, func(err error) {
+			p.spawnLocked(sb, trace.SpanContext{}, func(err error) {
 				if err != nil {
 					mu.Lock()
 					errs = append(errs, err)
@@ -190,7 +199,7 @@ func (p *Pool) Checkout(ctx context.Context, name string) (*Lease, error) {
 	if sb.total < sb.cfg.capacity() {
 		sb.total++
 		sb.starting++
-		p.spawnLocked(sb, nil)
+		p.spawnLocked(sb, trace.SpanContextFromContext(ctx), nil)
 	}
 	p.mu.Unlock()
 
@@ -274,12 +283,27 @@ func (p *Pool) retireWornLocked(sb *sandbox) {
 }
 
 // spawnLocked starts one container in the background. The caller has counted it in
-// sb.total and sb.starting. done, if not nil, is called with the outcome.
-func (p *Pool) spawnLocked(sb *sandbox, done func(error)) {
+// sb.total and sb.starting. done, if not nil, is called with the outcome. A spawn a
+// traced caller waits for is a child span of the caller's.
+func (p *Pool) spawnLocked(sb *sandbox, parent trace.SpanContext, done func(error)) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		c, err := p.spawn(p.bg, sb)
+		ctx := p.bg
+		var span trace.Span
+		if parent.IsValid() {
+			ctx, span = p.tracer.Start(trace.ContextWithSpanContext(p.bg, parent), "spawn",
+				trace.WithAttributes(attribute.String("jazzmine.sandbox", sb.cfg.Name)))
+		}
+		c, err := p.spawn(ctx, sb)
+		if span != nil {
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			} else {
+				span.SetAttributes(attribute.String("jazzmine.container_id", c.shortID()))
+			}
+			span.End()
+		}
 		p.mu.Lock()
 		sb.starting--
 		if err != nil {
@@ -375,7 +399,7 @@ func (p *Pool) refillLocked(sb *sandbox) {
 	for range want {
 		sb.total++
 		sb.starting++
-		p.spawnLocked(sb, nil)
+		p.spawnLocked(sb, trace.SpanContext{}, nil)
 	}
 }
 

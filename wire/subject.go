@@ -114,3 +114,29 @@ func lastToken(subject, prefix, kind string) (string, error) {
 	}
 	return token, nil
 }
+
+// HeaderCarrier reads and writes message headers (a nats.Header converts to it) for
+// OpenTelemetry's text-map propagators, without this package importing OpenTelemetry.
+// Keys are kept as they are, so the W3C propagator's lowercase traceparent and
+// tracestate stay lowercase.
+type HeaderCarrier map[string][]string
+
+// Get returns the first value of key, or "".
+func (h HeaderCarrier) Get(key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// Set replaces the values of key with value.
+func (h HeaderCarrier) Set(key, value string) { h[key] = []string{value} }
+
+// Keys lists the keys.
+func (h HeaderCarrier) Keys() []string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	return keys
+}

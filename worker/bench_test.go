@@ -4,15 +4,22 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/jazzmine/worker/client"
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/wire"
+	"github.com/jazzmine/worker/worker"
 )
 
 // The benchmarks of this file measure the same trivial work (a Python one-liner that
@@ -142,5 +149,60 @@ func run(b testing.TB, ctx context.Context, c *client.Client, n int) {
 		if err != nil || !res.Success {
 			b.Fatalf("run: %v %+v", err, res)
 		}
+	}
+}
+
+// toggleSampler samples every span while on, none while off.
+type toggleSampler struct{ on atomic.Bool }
+
+func (s *toggleSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if s.on.Load() {
+		return sdktrace.AlwaysSample().ShouldSample(p)
+	}
+	return sdktrace.NeverSample().ShouldSample(p)
+}
+
+func (s *toggleSampler) Description() string { return "toggle" }
+
+// BenchmarkTracingCost measures what tracing adds to the end-to-end benchmark: one
+// worker whose spans (and the agent's) are recorded and batched to an exporter that
+// drops them in the "on" rounds, and not sampled in the "off" rounds. Rounds of 100
+// jobs alternate, so that both see the same machine; it reports both medians and
+// their ratio.
+func BenchmarkTracingCost(b *testing.B) {
+	prev := otel.GetTextMapPropagator()
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	b.Cleanup(func() { otel.SetTextMapPropagator(prev) })
+	sampler := &toggleSampler{}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	_, nc := testenv.NATS(b)
+	startWorker(b, nc, 2, 0, func(c *worker.Config) { c.TracerProvider = tp; c.Propagator = propagation.TraceContext{} })
+	c := newClient(b, nc)
+	agent := tp.Tracer("agent")
+	run(b, context.Background(), c, 3)
+	var on, off []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		traced := (i/100)%2 == 1
+		sampler.on.Store(traced)
+		t0 := time.Now()
+		ctx, span := agent.Start(context.Background(), "tool call")
+		run(b, ctx, c, 1)
+		span.End()
+		if d := time.Since(t0); traced {
+			on = append(on, d)
+		} else {
+			off = append(off, d)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(on)
+	slices.Sort(off)
+	if len(on) > 0 && len(off) > 0 {
+		mOn, mOff := on[len(on)/2], off[len(off)/2]
+		b.ReportMetric(float64(mOff.Microseconds())/1000, "off-median-ms")
+		b.ReportMetric(float64(mOn.Microseconds())/1000, "on-median-ms")
+		b.ReportMetric(float64(mOn)/float64(mOff), "on/off")
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
@@ -101,6 +104,11 @@ type Config struct {
 	ReapInterval time.Duration
 	// Logger receives the worker's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, MeterProvider and Propagator are OpenTelemetry's; nil means
+	// otel's globals (no-ops until set). Jobs continue the trace context they carry.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+	Propagator     propagation.TextMapPropagator
 }
 
 func (c *Config) setDefaults() {

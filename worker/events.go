@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/jazzmine/worker/harness"
 	"github.com/jazzmine/worker/wire"
@@ -24,6 +25,7 @@ type publisher struct {
 	metadata map[string]string
 
 	seq     uint64
+	trace   wire.HeaderCarrier // trace context put on every event
 	pending []jetstream.PubAckFuture
 	err     error // the first publish error
 }
@@ -53,6 +55,9 @@ func (p *publisher) publish(ev *wire.Event) error {
 	msg := &nats.Msg{Subject: wire.EventSubject(p.id, ev.Type), Data: data, Header: nats.Header{}}
 	msg.Header.Set(wire.HeaderMsgID, wire.EventMsgID(p.id, p.attempt, p.seq))
 	msg.Header.Set(wire.HeaderContentType, p.ct)
+	for k, v := range p.trace {
+		msg.Header[k] = v
+	}
 	f, err := p.js.PublishMsgAsync(msg)
 	if err != nil {
 		p.err = fmt.Errorf("publish %s event of %s: %w", ev.Type, p.id, err)
@@ -60,6 +65,15 @@ func (p *publisher) publish(ev *wire.Event) error {
 	}
 	p.pending = append(p.pending, f)
 	return nil
+}
+
+// traceFrom makes every event carry the trace context of ctx.
+func (p *publisher) traceFrom(ctx context.Context, prop propagation.TextMapPropagator) {
+	c := wire.HeaderCarrier{}
+	prop.Inject(ctx, c)
+	if len(c) > 0 {
+		p.trace = c
+	}
 }
 
 // wait returns once the stream has acknowledged every event published so far, or

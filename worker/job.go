@@ -7,6 +7,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jazzmine/worker/harness"
 	"github.com/jazzmine/worker/wire"
@@ -20,14 +25,41 @@ func (w *Worker) handle(sandbox string, msg jetstream.Msg) {
 		attempt = int(meta.NumDelivered)
 	}
 	last := attempt >= w.cfg.MaxDeliver
+	sbAttr := attribute.String("sandbox", sandbox)
+
+	// The process span continues the agent's trace carried in the job's headers.
+	ctx := w.tel.prop.Extract(context.Background(), wire.HeaderCarrier(msg.Headers()))
+	ctx, span := w.tel.tracer.Start(ctx, msg.Subject()+" process",
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", msg.Subject()),
+			attribute.String("messaging.consumer.group.name", wire.ConsumerName(sandbox)),
+			attribute.String("messaging.message.id", msg.Headers().Get(wire.HeaderMsgID)),
+			attribute.String("jazzmine.sandbox", sandbox),
+			attribute.Int("jazzmine.attempt", attempt),
+		))
+	defer span.End()
 	log := w.log.With("sandbox", sandbox, "attempt", attempt)
+	if sc := span.SpanContext(); sc.IsValid() {
+		log = log.With("trace_id", sc.TraceID().String(), "span_id", sc.SpanID().String())
+	}
+	if attempt > 1 {
+		w.tel.redeliveries.Add(ctx, 1, metric.WithAttributes(sbAttr))
+	}
 
 	// Keep the job ours while it waits for a container and runs.
 	stopBeat := w.heartbeat(msg)
-	out, reason := w.process(sandbox, msg, attempt, last, log)
+	out, reason := w.process(ctx, sandbox, msg, attempt, last, log)
 	stopBeat()
 
 	act, delay := decide(out, last, w.cfg.NakDelay)
+	span.SetAttributes(attribute.String("jazzmine.outcome", out.String()), attribute.String("jazzmine.action", act.String()))
+	if out == outInfrastructure || out == outInvalid {
+		span.SetStatus(codes.Error, reason)
+	}
+	w.tel.jobs.Add(ctx, 1, metric.WithAttributes(sbAttr, attribute.String("outcome", out.String()), attribute.String("action", act.String())))
 	var err error
 	switch act {
 	case actAck:
@@ -67,7 +99,7 @@ func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 
 // process decodes, validates and runs the job. It returns the outcome and, for a
 // terminated job, the reason.
-func (w *Worker) process(sandbox string, msg jetstream.Msg, attempt int, last bool, log interface {
+func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.Msg, attempt int, last bool, log interface {
 	Warn(string, ...any)
 	Info(string, ...any)
 }) (outcome, string) {
@@ -94,6 +126,7 @@ func (w *Worker) process(sandbox string, msg jetstream.Msg, attempt int, last bo
 				meta = job.Metadata
 			}
 			p := w.newPublisher(id, attempt, ct, meta)
+			p.traceFrom(traced, w.tel.prop)
 			if perr := p.terminal(wire.KindInvalidJob, err.Error()); perr != nil {
 				log.Warn("publish the invalid job's error", "execution_id", id, "err", perr)
 			}
@@ -105,6 +138,7 @@ func (w *Worker) process(sandbox string, msg jetstream.Msg, attempt int, last bo
 	// cancel arriving in between finds the job registered (see cancel.go).
 	ctx, cancel := context.WithCancelCause(w.jobs)
 	defer cancel(nil)
+	ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(traced)) // cancelled with the worker, traced with the job
 	ex := &execution{cancel: cancel}
 	if !w.register(job.ExecutionID, ex) {
 		// A redelivery of a job still running here: the running one answers for it.
@@ -112,6 +146,8 @@ func (w *Worker) process(sandbox string, msg jetstream.Msg, attempt int, last bo
 	}
 	defer w.unregister(job.ExecutionID, ex)
 	p := w.newPublisher(job.ExecutionID, attempt, ct, job.Metadata)
+	p.traceFrom(ctx, w.tel.prop)
+	sbAttr := metric.WithAttributes(attribute.String("sandbox", sandbox))
 
 	if handled, err := w.cancelledWhileQueued(ctx, job.ExecutionID, ex); err != nil {
 		log.Warn("look up cancels", "execution_id", job.ExecutionID, "err", err)
@@ -119,7 +155,16 @@ func (w *Worker) process(sandbox string, msg jetstream.Msg, attempt int, last bo
 		return outCancelled, ""
 	}
 
-	lease, err := w.cfg.Pool.Checkout(ctx, sandbox)
+	cctx, cspan := w.tel.tracer.Start(ctx, "checkout", trace.WithAttributes(attribute.String("jazzmine.sandbox", sandbox)))
+	waitStart := time.Now()
+	lease, err := w.cfg.Pool.Checkout(cctx, sandbox)
+	w.tel.checkoutWait.Record(ctx, seconds(time.Since(waitStart)), sbAttr)
+	if err != nil {
+		cspan.SetStatus(codes.Error, err.Error())
+	} else {
+		cspan.SetAttributes(attribute.String("jazzmine.container_id", lease.ContainerID()))
+	}
+	cspan.End()
 	if err != nil {
 		if ctx.Err() != nil {
 			return w.endCancelled(p, ctx, log)
@@ -150,7 +195,13 @@ func (w *Worker) process(sandbox string, msg jetstream.Msg, attempt int, last bo
 	if req.MaxOutputBytes <= 0 {
 		req.MaxOutputBytes = w.cfg.DefaultMaxOutputBytes
 	}
-	res, err := lease.Run(ctx, req, func(_ context.Context, hev harness.Event) error {
+	ectx, espan := w.tel.tracer.Start(ctx, "execute", trace.WithAttributes(
+		attribute.String("jazzmine.execution_id", job.ExecutionID), attribute.String("jazzmine.container_id", lease.ContainerID())))
+	// The script's process gets the execute span as TRACEPARENT, so a tool can go on.
+	tc := propagation.MapCarrier{}
+	w.tel.prop.Inject(ectx, tc)
+	req.TraceParent, req.TraceState = tc["traceparent"], tc["tracestate"]
+	res, err := lease.Run(ectx, req, func(_ context.Context, hev harness.Event) error {
 		ev, ok := fromHarness(hev)
 		if !ok {
 			return nil
@@ -160,6 +211,17 @@ func (w *Worker) process(sandbox string, msg jetstream.Msg, attempt int, last bo
 		}
 		return p.publish(ev)
 	})
+	if res != nil {
+		outcome := res.ErrorKind
+		if res.Success {
+			outcome = "success"
+		}
+		espan.SetAttributes(attribute.Bool("jazzmine.success", res.Success), attribute.String("jazzmine.outcome", outcome), attribute.Int64("jazzmine.output_bytes", res.OutputBytes))
+		w.tel.execDuration.Record(ctx, float64(res.DurationMS)/1000, metric.WithAttributes(attribute.String("sandbox", sandbox), attribute.String("outcome", outcome)))
+		w.tel.outputBytes.Record(ctx, res.OutputBytes, sbAttr)
+	}
+	espan.End()
+	_, pspan := w.tel.tracer.Start(ctx, "publish events")
 	if err == nil {
 		err = p.publish(scriptDone(res))
 	}
@@ -168,6 +230,11 @@ func (w *Worker) process(sandbox string, msg jetstream.Msg, attempt int, last bo
 		err = p.wait(wctx)
 		cancelWait()
 	}
+	pspan.SetAttributes(attribute.Int64("jazzmine.events", int64(p.seq)))
+	if err != nil {
+		pspan.SetStatus(codes.Error, err.Error())
+	}
+	pspan.End()
 	if err != nil {
 		// The events did not all reach the stream: run it again rather than lose them.
 		log.Warn("publish events", "execution_id", job.ExecutionID, "err", err)

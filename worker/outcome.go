@@ -27,6 +27,10 @@ const (
 	outDuplicate                     // redelivered while its first delivery still runs here
 )
 
+func (o outcome) String() string {
+	return [...]string{"ran", "cancelled", "invalid", "infrastructure", "duplicate"}[o]
+}
+
 // decide maps an outcome to a JetStream action. An infrastructure failure is retried
 // until the last delivery, which is given up (after a terminal event) instead.
 func decide(o outcome, lastDelivery bool, nakDelay time.Duration) (action, time.Duration) {

@@ -58,7 +58,7 @@ type workerProcess struct {
 func startProcess(t *testing.T, config, url, id string) *workerProcess {
 	t.Helper()
 	log := &syncWriter{w: &bytes.Buffer{}}
-	cmd := exec.Command(workerBinary(t), "serve", "--config", config, "--worker-id", id, "--log-level", "debug")
+	cmd := exec.Command(workerBinary(t), "serve", "--config", config, "--worker-id", id, "--log-level", "debug", "--metrics-addr", "127.0.0.1:0")
 	cmd.Env = append(os.Environ(), "NATS_URL="+url)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

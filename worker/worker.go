@@ -25,6 +25,7 @@ type Worker struct {
 	cfg Config
 	log *slog.Logger
 	js  jetstream.JetStream
+	tel *telemetry
 
 	consumers map[string]jetstream.Consumer // by sandbox, set by Start
 	workers   jetstream.KeyValue            // BucketWorkers
@@ -66,7 +67,12 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
+	tel, err := newTelemetry(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("worker: telemetry: %w", err)
+	}
 	w := &Worker{
+		tel:       tel,
 		cfg:       cfg,
 		log:       cfg.Logger,
 		js:        js,
@@ -175,6 +181,9 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	w.bgClosed = true
 	w.mu.Unlock()
 	w.background.Wait()
+	if w.tel.reg != nil {
+		_ = w.tel.reg.Unregister()
+	}
 	if w.workers != nil {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		_ = w.workers.Delete(dctx, w.cfg.WorkerID)

@@ -7,12 +7,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/jazzmine/worker/imagebuild"
 	"github.com/jazzmine/worker/sandboxpool"
@@ -28,6 +34,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	workerID := fs.String("worker-id", "", "this worker's id (default: host name, pid and a random suffix)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2, err: nil}
 	}
@@ -36,6 +43,34 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return usageError("%v", err)
 	}
 	slog.SetDefault(log)
+	tel, err := worker.SetupTelemetry(ctx, getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("flush telemetry", "err", err)
+		}
+	}()
+	var health worker.Health
+	warm := make(chan struct{})
+	health.Check("pools", func() error {
+		select {
+		case <-warm:
+			return nil
+		default:
+			return errors.New("warming up")
+		}
+	})
+	if *metricsAddr != "" {
+		stop, err := serveHTTP(*metricsAddr, health.Handler(tel.Metrics), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	cfg, err := imagebuild.LoadConfig(*configPath)
 	if err != nil {
@@ -60,10 +95,21 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
-	images, err := builder.EnsureAll(ctx, cfg)
+	bctx, span := otel.Tracer("github.com/jazzmine/worker/cmd/worker").Start(ctx, "build images")
+	images, err := builder.EnsureAll(bctx, cfg)
+	builds, _ := otel.Meter("github.com/jazzmine/worker/cmd/worker").Int64Counter("jazzmine.image.builds",
+		metric.WithUnit("{image}"), metric.WithDescription("Sandbox images built (an unchanged checksum builds nothing)"))
+	for name, img := range images {
+		if img.Built {
+			builds.Add(ctx, 1, metric.WithAttributes(attribute.String("sandbox", name)))
+		}
+	}
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		span.End()
 		return err
 	}
+	span.End()
 
 	nc, shutdownNATS, err := connectNATS(ctx, getenv("NATS_URL"), *listen, *storeDir, log)
 	if err != nil {
@@ -74,6 +120,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
+	health.Check("nats", func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("disconnected (%s)", nc.Status())
+		}
+		return nil
+	})
 
 	id := *workerID
 	if id == "" {
@@ -114,6 +166,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err := pool.Start(ctx); err != nil {
 		log.Warn("some warm containers did not start; the pool keeps trying", "err", err)
 	}
+	close(warm)
 	log.Info("serving", "sandboxes", cfg.Names(), "nats", nc.ConnectedUrlRedacted())
 
 	<-ctx.Done()
@@ -179,6 +232,29 @@ func connectNATS(ctx context.Context, url, listen, storeDir string, log *slog.Lo
 	}, nil
 }
 
+// serveHTTP serves h on addr in the background; stop shuts it down.
+func serveHTTP(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	log.Info("metrics and health", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
+}
+
 func defaultStoreDir(getenv func(string) string) string {
 	if d := getenv("XDG_STATE_HOME"); d != "" {
 		return filepath.Join(d, "jazzmine", "nats")
@@ -197,9 +273,9 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(worker.TraceHandler{Handler: slog.NewTextHandler(w, opts)}), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(worker.TraceHandler{Handler: slog.NewJSONHandler(w, opts)}), nil
 	}
 	return nil, errors.New("log format must be text or json")
 }

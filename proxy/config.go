@@ -1,0 +1,311 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"regexp"
+	"time"
+)
+
+// Defaults of Config; a zero field means its default.
+const (
+	// DefaultListen is the address the proxy listens on.
+	DefaultListen = ":3128"
+	// DefaultMaxConns caps the client connections of all sandboxes together.
+	DefaultMaxConns = 256
+	// DefaultMaxConnsPerSandbox caps the client connections of one sandbox.
+	DefaultMaxConnsPerSandbox = 64
+	// DefaultIdleTimeout closes a tunnel, or a request or response body, that
+	// moved no byte in either direction for this long. It also bounds how long an
+	// idle keep-alive connection waits for its next request.
+	DefaultIdleTimeout = 60 * time.Second
+	// DefaultDialTimeout bounds resolving a target's name plus connecting to it.
+	DefaultDialTimeout = 10 * time.Second
+	// DefaultHeaderTimeout bounds reading a request's header.
+	DefaultHeaderTimeout = 10 * time.Second
+	// DefaultMaxHeaderBytes bounds the size of a request's header.
+	DefaultMaxHeaderBytes = 64 << 10
+)
+
+// ConfigEnv is the environment variable Main reads the JSON config from.
+const ConfigEnv = "JAZZMINE_PROXY_CONFIG"
+
+// ErrInvalidConfig is wrapped by every error of ParseConfig and New about the
+// config itself; the message names the field, as spelt in the JSON form
+// ("sandboxes[0].allowed[1]").
+var ErrInvalidConfig = errors.New("proxy: invalid config")
+
+// Resolver resolves a host name to its addresses; *net.Resolver implements it.
+// The proxy calls it with network "ip".
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Sandbox is one sandbox's network and egress allowlist. A connection whose
+// source address lies in one of Subnets belongs to the sandbox, and may reach
+// only the targets of Allowed.
+type Sandbox struct {
+	// Name identifies the sandbox in responses and logs; it matches
+	// ^[A-Za-z0-9_-]{1,64}$ and is unique. Required.
+	Name string
+	// Subnets are the sandbox's networks (normally the one subnet of its
+	// internal Docker bridge network). At least one is required; they must not
+	// overlap another sandbox's, so that a source address names one sandbox.
+	Subnets []netip.Prefix
+	// Allowed are the "host:port" targets the sandbox may reach. host is a DNS
+	// name, matched exactly and case-insensitively (a trailing dot is ignored);
+	// an IP literal ("10.0.0.5:80", "[2001:db8::1]:443"), matched as an address;
+	// or "*.example.com", which matches every name below example.com (at any
+	// depth) but not example.com itself. The port is required and exact. Empty
+	// means every target is refused.
+	Allowed []string
+}
+
+// Config configures a Server. The zero value of each field means its default.
+type Config struct {
+	// Sandboxes are the sandboxes the proxy serves; at least one is required.
+	Sandboxes []Sandbox
+	// Listen is the TCP address ListenAndServe listens on; default DefaultListen.
+	Listen string
+	// MaxConns caps the client connections being served, all sandboxes
+	// together; one over it is answered 503 and closed. Default DefaultMaxConns.
+	MaxConns int
+	// MaxConnsPerSandbox caps the client connections of each sandbox; one over
+	// it is answered 503 and closed. Default DefaultMaxConnsPerSandbox.
+	MaxConnsPerSandbox int
+	// IdleTimeout closes a tunnel, or a plain HTTP exchange, in which no byte
+	// moved in either direction for this long, and a keep-alive connection that
+	// sends no next request for this long. Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// DialTimeout bounds resolving a target and connecting to it; a timeout is
+	// answered 504. Default DefaultDialTimeout.
+	DialTimeout time.Duration
+	// HeaderTimeout bounds reading a request's header; a client slower than
+	// that is disconnected. Default DefaultHeaderTimeout.
+	HeaderTimeout time.Duration
+	// MaxHeaderBytes bounds a request's header; a larger one is answered 431.
+	// Default DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+	// Resolver resolves target names; nil means net.DefaultResolver.
+	Resolver Resolver
+	// Dial connects to a resolved target ("ip:port", network "tcp"); nil means
+	// a net.Dialer's DialContext. The context carries DialTimeout.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Logger receives a Warn line for every refusal and an Info line for every
+	// finished tunnel or request; nil means slog.Default().
+	Logger *slog.Logger
+
+	// allowLoopback lets names resolve to loopback targets. Tests only: their
+	// upstream servers listen on 127.0.0.0/8; production always refuses them.
+	allowLoopback bool
+}
+
+var sandboxName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ParseConfig parses the JSON form of a Config (as passed in ConfigEnv) and
+// validates it the way New does. Every field but sandboxes is optional, and an
+// unknown field is an error:
+//
+//	{
+//	  "listen": ":3128",
+//	  "max_conns": 256,
+//	  "max_conns_per_sandbox": 64,
+//	  "idle_timeout": "60s",
+//	  "dial_timeout": "10s",
+//	  "header_timeout": "10s",
+//	  "max_header_bytes": 65536,
+//	  "sandboxes": [
+//	    {"name": "a", "subnets": ["172.30.1.0/24"], "allowed": ["svc-a:8080", "*.example.com:443"]}
+//	  ]
+//	}
+//
+// Durations are Go duration strings ("1m30s"). Errors wrap ErrInvalidConfig
+// and name the field ("sandboxes[0].subnets[1]").
+func ParseConfig(data []byte) (Config, error) {
+	var j struct {
+		Listen             string `json:"listen"`
+		MaxConns           int    `json:"max_conns"`
+		MaxConnsPerSandbox int    `json:"max_conns_per_sandbox"`
+		IdleTimeout        string `json:"idle_timeout"`
+		DialTimeout        string `json:"dial_timeout"`
+		HeaderTimeout      string `json:"header_timeout"`
+		MaxHeaderBytes     int    `json:"max_header_bytes"`
+		Sandboxes          []struct {
+			Name    string   `json:"name"`
+			Subnets []string `json:"subnets"`
+			Allowed []string `json:"allowed"`
+		} `json:"sandboxes"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return Config{}, fmt.Errorf("%w: %s: a JSON %s cannot be a %s", ErrInvalidConfig, te.Field, te.Value, te.Type)
+		}
+		return Config{}, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Config{}, fmt.Errorf("%w: data after the JSON object", ErrInvalidConfig)
+	}
+
+	cfg := Config{
+		Listen:             j.Listen,
+		MaxConns:           j.MaxConns,
+		MaxConnsPerSandbox: j.MaxConnsPerSandbox,
+		MaxHeaderBytes:     j.MaxHeaderBytes,
+	}
+	for _, d := range []struct {
+		field string
+		text  string
+		to    *time.Duration
+	}{
+		{"idle_timeout", j.IdleTimeout, &cfg.IdleTimeout},
+		{"dial_timeout", j.DialTimeout, &cfg.DialTimeout},
+		{"header_timeout", j.HeaderTimeout, &cfg.HeaderTimeout},
+	} {
+		if d.text == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.text)
+		if err != nil {
+			return Config{}, configError(d.field, "%q is not a duration (like \"60s\")", d.text)
+		}
+		*d.to = v
+	}
+	for i, js := range j.Sandboxes {
+		sb := Sandbox{Name: js.Name, Allowed: js.Allowed}
+		for k, s := range js.Subnets {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return Config{}, configError(fmt.Sprintf("sandboxes[%d].subnets[%d]", i, k), "%q is not a CIDR prefix (like \"172.30.1.0/24\")", s)
+			}
+			sb.Subnets = append(sb.Subnets, p)
+		}
+		cfg.Sandboxes = append(cfg.Sandboxes, sb)
+	}
+	if _, err := compile(cfg); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// configError is an error about one field of the config.
+func configError(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+}
+
+// withDefaults returns cfg with its zero fields set to their defaults.
+func (cfg Config) withDefaults() Config {
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxConnsPerSandbox == 0 {
+		cfg.MaxConnsPerSandbox = DefaultMaxConnsPerSandbox
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.HeaderTimeout == 0 {
+		cfg.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if cfg.MaxHeaderBytes == 0 {
+		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.Dial == nil {
+		cfg.Dial = (&net.Dialer{}).DialContext
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
+// compile validates cfg and returns its sandboxes ready for lookups.
+func compile(cfg Config) ([]*sandbox, error) {
+	for _, n := range []struct {
+		field string
+		v     int64
+	}{
+		{"max_conns", int64(cfg.MaxConns)},
+		{"max_conns_per_sandbox", int64(cfg.MaxConnsPerSandbox)},
+		{"max_header_bytes", int64(cfg.MaxHeaderBytes)},
+		{"idle_timeout", int64(cfg.IdleTimeout)},
+		{"dial_timeout", int64(cfg.DialTimeout)},
+		{"header_timeout", int64(cfg.HeaderTimeout)},
+	} {
+		if n.v < 0 {
+			return nil, configError(n.field, "must not be negative")
+		}
+	}
+	if len(cfg.Sandboxes) == 0 {
+		return nil, configError("sandboxes", "at least one sandbox is required")
+	}
+
+	var out []*sandbox
+	names := map[string]bool{}
+	for i, s := range cfg.Sandboxes {
+		field := fmt.Sprintf("sandboxes[%d]", i)
+		if !sandboxName.MatchString(s.Name) {
+			return nil, configError(field+".name", "%q does not match ^[A-Za-z0-9_-]{1,64}$", s.Name)
+		}
+		if names[s.Name] {
+			return nil, configError(field+".name", "sandbox %q is listed twice", s.Name)
+		}
+		names[s.Name] = true
+		if len(s.Subnets) == 0 {
+			return nil, configError(field+".subnets", "sandbox %q needs at least one subnet", s.Name)
+		}
+		sb := &sandbox{name: s.Name, allowed: map[string]bool{}}
+		for k, p := range s.Subnets {
+			f := fmt.Sprintf("%s.subnets[%d]", field, k)
+			if !p.IsValid() {
+				return nil, configError(f, "not a valid prefix")
+			}
+			if p.Addr().Zone() != "" {
+				return nil, configError(f, "%s has a zone", p)
+			}
+			if p.Addr().Is4In6() {
+				return nil, configError(f, "%s is IPv4-mapped; write the IPv4 prefix", p)
+			}
+			if p.Masked() != p {
+				return nil, configError(f, "%s is not a network address (did you mean %s?)", p, p.Masked())
+			}
+			for _, other := range out {
+				for _, q := range other.subnets {
+					if p.Overlaps(q) {
+						return nil, configError(f, "%s overlaps %s of sandbox %q", p, q, other.name)
+					}
+				}
+			}
+			sb.subnets = append(sb.subnets, p)
+		}
+		out = append(out, sb)
+	}
+	// Allowlists last: an IP literal must lie outside every sandbox's subnets.
+	for i, s := range cfg.Sandboxes {
+		for k, entry := range s.Allowed {
+			f := fmt.Sprintf("sandboxes[%d].allowed[%d]", i, k)
+			if err := out[i].allow(entry, out); err != nil {
+				return nil, configError(f, "%q: %v", entry, err)
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,154 @@
+package proxy
+
+import (
+	"errors"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfigReadsEveryField(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{
+		"listen": "127.0.0.1:3129",
+		"max_conns": 100,
+		"max_conns_per_sandbox": 10,
+		"idle_timeout": "2m",
+		"dial_timeout": "5s",
+		"header_timeout": "3s",
+		"max_header_bytes": 4096,
+		"sandboxes": [
+			{"name": "a", "subnets": ["172.30.1.0/24"], "allowed": ["svc-a:8080", "*.example.com:443"]},
+			{"name": "b_2", "subnets": ["172.30.2.0/24", "fd00:1::/64"], "allowed": ["10.0.0.5:80", "[2001:db8::1]:443"]},
+			{"name": "c", "subnets": ["172.30.3.0/24"]}
+		]
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Listen:             "127.0.0.1:3129",
+		MaxConns:           100,
+		MaxConnsPerSandbox: 10,
+		IdleTimeout:        2 * time.Minute,
+		DialTimeout:        5 * time.Second,
+		HeaderTimeout:      3 * time.Second,
+		MaxHeaderBytes:     4096,
+		Sandboxes: []Sandbox{
+			{Name: "a", Subnets: []netip.Prefix{netip.MustParsePrefix("172.30.1.0/24")}, Allowed: []string{"svc-a:8080", "*.example.com:443"}},
+			{Name: "b_2", Subnets: []netip.Prefix{netip.MustParsePrefix("172.30.2.0/24"), netip.MustParsePrefix("fd00:1::/64")}, Allowed: []string{"10.0.0.5:80", "[2001:db8::1]:443"}},
+			{Name: "c", Subnets: []netip.Prefix{netip.MustParsePrefix("172.30.3.0/24")}},
+		},
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("got %+v\nwant %+v", cfg, want)
+	}
+	if _, err := New(cfg); err != nil {
+		t.Fatalf("New of a parsed config: %v", err)
+	}
+}
+
+func TestParseConfigNamesTheBadField(t *testing.T) {
+	tests := []struct {
+		name string
+		json string
+		want string
+	}{
+		{"a config without sandboxes is refused", `{}`, "sandboxes: at least one sandbox is required"},
+		{"malformed JSON is refused", `{"sandboxes": [`, "unexpected EOF"},
+		{"data after the object is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"]}]} {}`, "data after the JSON object"},
+		{"an unknown field is refused", `{"listn": ":1"}`, `unknown field "listn"`},
+		{"a field of the wrong type is named", `{"max_conns": "many"}`, "max_conns: a JSON string cannot be a int"},
+		{"a negative cap is refused", `{"max_conns": -1, "sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"]}]}`, "max_conns: must not be negative"},
+		{"a bad duration is named", `{"idle_timeout": "soon"}`, `idle_timeout: "soon" is not a duration`},
+		{"a negative duration is refused", `{"dial_timeout": "-1s", "sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"]}]}`, "dial_timeout: must not be negative"},
+		{"a bad sandbox name is named", `{"sandboxes": [{"name": "a b", "subnets": ["10.0.0.0/8"]}]}`, `sandboxes[0].name: "a b" does not match`},
+		{"a missing sandbox name is refused", `{"sandboxes": [{"subnets": ["10.0.0.0/8"]}]}`, `sandboxes[0].name: "" does not match`},
+		{"a sandbox listed twice is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.1.0.0/16"]}, {"name": "a", "subnets": ["10.2.0.0/16"]}]}`, `sandboxes[1].name: sandbox "a" is listed twice`},
+		{"a sandbox without subnets is refused", `{"sandboxes": [{"name": "a"}]}`, `sandboxes[0].subnets: sandbox "a" needs at least one subnet`},
+		{"a malformed subnet is named", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8", "172.30.1.0/33"]}]}`, `sandboxes[0].subnets[1]: "172.30.1.0/33" is not a CIDR prefix`},
+		{"a subnet with host bits is refused", `{"sandboxes": [{"name": "a", "subnets": ["172.30.1.5/24"]}]}`, "sandboxes[0].subnets[0]: 172.30.1.5/24 is not a network address (did you mean 172.30.1.0/24?)"},
+		{"an IPv4-mapped subnet is refused", `{"sandboxes": [{"name": "a", "subnets": ["::ffff:10.0.0.0/104"]}]}`, "write the IPv4 prefix"},
+		{"overlapping subnets of two sandboxes are refused", `{"sandboxes": [{"name": "a", "subnets": ["172.30.1.0/24"]}, {"name": "b", "subnets": ["172.30.0.0/16"]}]}`, `sandboxes[1].subnets[0]: 172.30.0.0/16 overlaps 172.30.1.0/24 of sandbox "a"`},
+		{"an entry without a port is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["svc-a"]}]}`, `sandboxes[0].allowed[0]: "svc-a": not "host:port"`},
+		{"port 0 is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["ok:80", "svc-a:0"]}]}`, `sandboxes[0].allowed[1]: "svc-a:0": port "0" is not in 1-65535`},
+		{"a port over 65535 is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["svc-a:70000"]}]}`, `port "70000" is not in 1-65535`},
+		{"a named port is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["svc-a:https"]}]}`, `port "https" is not in 1-65535`},
+		{"a host with odd characters is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["svc a:80"]}]}`, `"svc a" is neither a host name nor an IP address`},
+		{"a wildcard in the middle is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["api.*.com:443"]}]}`, `"api.*.com" is neither a host name nor an IP address`},
+		{"a wildcard over an address is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["*.10.0.0.1:443"]}]}`, "a wildcard needs a domain name"},
+		{"an address in a sandbox's subnet is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"]}, {"name": "b", "subnets": ["172.30.2.0/24"], "allowed": ["10.1.2.3:80"]}]}`, `sandboxes[1].allowed[0]: "10.1.2.3:80": the address is in the network of sandbox "a"`},
+		{"the unspecified address is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["0.0.0.0:80"]}]}`, "the address is unspecified"},
+		{"a multicast address is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["[ff02::1]:80"]}]}`, "the address is multicast"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tt.json))
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("got %v, want an error wrapping ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %q, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewAppliesTheDefaults(t *testing.T) {
+	srv, err := New(Config{Sandboxes: []Sandbox{{Name: "a", Subnets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srv.cfg
+	if c.Listen != ":3128" || c.MaxConns != 256 || c.MaxConnsPerSandbox != 64 || c.IdleTimeout != 60*time.Second ||
+		c.DialTimeout != 10*time.Second || c.HeaderTimeout != 10*time.Second || c.MaxHeaderBytes != 64<<10 ||
+		c.Resolver == nil || c.Dial == nil || c.Logger == nil || srv.allowLoopback {
+		t.Fatalf("defaults: %+v", c)
+	}
+	if _, err := New(Config{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("New of an empty config: got %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestAllowlistEntriesMatchExactly(t *testing.T) {
+	sb := &sandbox{name: "a", allowed: map[string]bool{}}
+	for _, e := range []string{"svc-a:8080", "API.Example.com.:443", "*.corp.test:443", "10.0.0.5:80", "[2001:db8::1]:443"} {
+		if err := sb.allow(e, nil); err != nil {
+			t.Fatalf("%s: %v", e, err)
+		}
+	}
+	tests := []struct {
+		name   string
+		host   string
+		port   string
+		allows bool
+	}{
+		{"the exact name and port match", "svc-a", "8080", true},
+		{"the name matches in any case", "SVC-A", "8080", true},
+		{"another port does not match", "svc-a", "8081", false},
+		{"a longer name does not match", "svc-a.evil.test", "8080", false},
+		{"a name ending like an entry does not match", "xsvc-a", "8080", false},
+		{"an entry's trailing dot and case are ignored", "api.example.com", "443", true},
+		{"a wildcard matches one label below its domain", "eu.corp.test", "443", true},
+		{"a wildcard matches several labels below its domain", "a.b.corp.test", "443", true},
+		{"a wildcard does not match its domain", "corp.test", "443", false},
+		{"a wildcard does not match a name that only ends like it", "evilcorp.test", "443", false},
+		{"a wildcard does not match another port", "eu.corp.test", "80", false},
+		{"an address matches its entry", "10.0.0.5", "80", true},
+		{"an IPv4-mapped address matches the IPv4 entry", "::ffff:10.0.0.5", "80", true},
+		{"an IPv6 address matches its entry", "2001:db8:0::1", "443", true},
+		{"another address does not match", "10.0.0.6", "80", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tg, err := parseTarget(tt.host, tt.port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sb.allows(tg); got != tt.allows {
+				t.Fatalf("allows(%s) = %v, want %v", tg, got, tt.allows)
+			}
+		})
+	}
+}
