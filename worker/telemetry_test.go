@@ -137,15 +137,30 @@ func TestTheMetricsEndpointMovesAndReadinessWaitsForWarmPools(t *testing.T) {
 		}
 	}
 	a := newAgent(t, nc)
+	gauge := func(state string) float64 {
+		_, m := get("/metrics")
+		return metricValue(m, `jazzmine_pool_containers{`, `state="`+state+`"`)
+	}
+	if n := gauge("in_use"); n != 0 {
+		t.Errorf("in_use before any job = %v", n)
+	}
+	slow := newID("slow")
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: slow, Sandbox: "default", Script: "print('in', flush=True)\nimport time\ntime.sleep(2)\nemit_result(1)"})
+	waitFor(t, time.Minute, "the slow job to start", func() bool { return find(a.allEvents(slow), wire.EventStdout) != nil })
+	if n := gauge("in_use"); n != 1 {
+		t.Errorf("in_use while a job runs = %v, want 1", n)
+	}
+	a.events(slow, time.Minute)
+	waitFor(t, 10*time.Second, "the container to come back", func() bool { return gauge("in_use") == 0 && gauge("idle") >= 1 })
 	for i := range 3 {
 		jid := newID("m")
 		a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: jid, Sandbox: "default", Script: "emit_result(" + strconv.Itoa(i) + ")"})
 		a.events(jid, time.Minute)
 	}
-	waitFor(t, 10*time.Second, "the job counters to show the three jobs", func() bool {
+	waitFor(t, 10*time.Second, "the job counters to show the four jobs", func() bool {
 		_, m := get("/metrics")
-		return metricValue(m, `jazzmine_jobs_total{`, `outcome="ran"`) == 3 &&
-			metricValue(m, `jazzmine_execution_duration_seconds_count{`, `outcome="success"`) == 3 &&
+		return metricValue(m, `jazzmine_jobs_total{`, `outcome="ran"`) == 4 &&
+			metricValue(m, `jazzmine_execution_duration_seconds_count{`, `outcome="success"`) == 4 &&
 			metricValue(m, `jazzmine_pool_spawned_total{`, `sandbox="default"`) >= 1
 	})
 }
