@@ -493,22 +493,28 @@ def _uid_of(pid):
 
 
 def _children():
-    """Our direct children (the parent is single-threaded: one task)."""
+    """Our direct children, from /proc/self/task/<tid>/children (the parent has one
+    thread), or by every process's parent in /proc where that file is missing.
+
+    The kernel reads that file without freezing the children, so a child changing
+    state during the read may be missed: _kill_descendants only trusts it once every
+    child it killed has been waited for, when nothing is changing any more."""
     me = os.getpid()
     try:
         with open("/proc/%d/task/%d/children" % (me, me)) as f:
             return [int(p) for p in f.read().split()]
     except OSError:
-        pids = []
-        for pid in _proc_pids():
-            try:
-                with open("/proc/%d/stat" % pid, "rb") as f:
-                    data = f.read()
-                if int(data[data.rindex(b")") + 2 :].split()[1]) == me:
-                    pids.append(pid)
-            except (OSError, ValueError, IndexError):
-                continue
-        return pids
+        pass
+    pids = []
+    for pid in _proc_pids():
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                data = f.read()
+            if int(data[data.rindex(b")") + 2 :].split()[1]) == me:
+                pids.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
 
 
 class Harness:
@@ -787,19 +793,25 @@ class Harness:
 
     def _kill_descendants(self):
         """Kills what earlier children left behind: with PR_SET_CHILD_SUBREAPER every
-        orphaned descendant (a setsid double fork included) is reparented to us."""
-        for _ in range(100):
-            children = [p for p in _children() if self.warm is None or p != self.warm.pid]
-            live = [p for p in children if not _is_zombie(p)]
-            for p in live:
+        orphaned descendant (a setsid double fork included) is reparented to us.
+
+        Each killed child is waited for, so its own children have been reparented to us
+        by the time the list is read again; the loop ends when the list is empty."""
+        for _ in range(10000):
+            kids = [p for p in _children() if self.warm is None or p != self.warm.pid]
+            if not kids:
+                return
+            for p in kids:
                 self._kill_group(p)
                 try:
                     os.kill(p, signal.SIGKILL)
                 except OSError:
                     pass
-            self._reap()
-            if not live:
-                return
+            for p in kids:
+                try:
+                    os.waitpid(p, 0)
+                except ChildProcessError:
+                    pass
 
 
 def _is_zombie(pid):
@@ -903,7 +915,6 @@ class Run:
                 elif what == "exit":
                     exited = True
                 elif what == "event":
-                    self._drain_text(child)  # output written before the event comes first
                     self._read_events(child)
                 elif what is not None:
                     self._read_text(child, what)
@@ -1009,6 +1020,11 @@ class Run:
                 self._close_fd(child, "event")
                 break
             child.evbuf += data
+        if b"\n" in child.evbuf:
+            # The child flushes its output before it writes an event, so everything it
+            # printed before the events just read is in the output pipes now: relay it
+            # first. (Draining before the read would race with the child's writes.)
+            self._drain_text(child)
         while b"\n" in child.evbuf:
             line, child.evbuf = child.evbuf.split(b"\n", 1)
             self._child_event(line)

@@ -258,6 +258,9 @@ func readResponse(t *testing.T, br *bufio.Reader, method string) (*http.Response
 	if err != nil {
 		t.Fatalf("reading the response to %s: %v", method, err)
 	}
+	if method == http.MethodConnect && resp.StatusCode/100 == 2 {
+		return resp, "" // the tunnel follows
+	}
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatalf("reading the body of the response to %s: %v", method, err)

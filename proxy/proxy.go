@@ -54,23 +54,22 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 }
 
 // Serve accepts connections on ln and serves them until ctx ends. Then it
-// closes ln and every connection it serves (client and upstream), waits for
-// all its goroutines, and returns nil. Serve owns ln: it closes it on every
-// return. An accept error other than a temporary one ends Serve the same way
-// and is returned.
+// closes ln and every connection it serves (client and upstream) at once,
+// without waiting for requests under way, waits for all its goroutines, and
+// returns nil. Serve owns ln and closes it on every return. If ln is closed by
+// someone else, Serve ends the same way and returns that error; other accept
+// errors (out of file descriptors) are logged and retried after a pause.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	tr := &tracker{conns: map[net.Conn]struct{}{}}
-	stop := context.AfterFunc(ctx, func() {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		<-ctx.Done() // the caller's, or cancel below on any return
 		ln.Close()
 		tr.closeAll()
 	})
-	var wg sync.WaitGroup
 	defer func() {
-		stop()
 		cancel()
-		ln.Close()
-		tr.closeAll()
 		wg.Wait()
 	}()
 

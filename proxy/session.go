@@ -88,7 +88,7 @@ func (s *session) readRequest(first bool) (*http.Request, bool) {
 		}
 	}
 	s.conn.SetReadDeadline(time.Now().Add(cfg.HeaderTimeout))
-	s.lr.N = int64(cfg.MaxHeaderBytes) + int64(s.br.Buffered()) + 4096 // bufio reads ahead
+	s.lr.N = int64(cfg.MaxHeaderBytes) + 4096 // bufio reads a little ahead
 	req, err := http.ReadRequest(s.br)
 	if err != nil {
 		switch {
