@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/jazzmine/worker/proxy"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -55,6 +58,7 @@ Usage:
   worker serve   [--config FILE] [flags]   run the worker (embedded NATS unless NATS_URL is set)
   worker submit  [flags] (-e SCRIPT | FILE | -)  submit a job and stream its events
   worker build   [--config FILE]           build the sandbox images and exit
+  worker proxy   [--config-json JSON]      run the egress proxy (config also from JAZZMINE_PROXY_CONFIG)
   worker version                           print the version
 
 Run "worker COMMAND -h" for a command's flags.
@@ -74,6 +78,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return submit(ctx, args[1:], getenv, stdin, stdout, stderr)
 	case "build":
 		return build(ctx, args[1:], stderr)
+	case "proxy":
+		err := proxy.Main(ctx, args[1:], getenv, stderr)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			return nil
+		case errors.Is(err, proxy.ErrInvalidConfig):
+			return usageError("%v", err)
+		}
+		return err
 	case "version", "--version":
 		fmt.Fprintln(stdout, "jazzmine worker", version)
 		return nil
