@@ -447,11 +447,18 @@ func (p *Pool) checkLocked(c *ctr) {
 		}
 	}
 	c.state = stateChecking
+	p.tendLocked(c, c.conn.Ping, RetireUnhealthy, "idle container failed its health check")
+}
+
+// tendLocked runs op (a ping or a reset) on a container out of circulation, in the
+// background and bounded by ResetTimeout; then offers the container again, or retires
+// it for reason if op failed.
+func (p *Pool) tendLocked(c *ctr, op func(context.Context) error, reason, failure string) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		ctx, cancel := context.WithTimeout(p.bg, p.cfg.ResetTimeout)
-		err := c.conn.Ping(ctx)
+		err := op(ctx)
 		cancel()
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -460,8 +467,8 @@ func (p *Pool) checkLocked(c *ctr) {
 		}
 		c.lastCheck = time.Now()
 		if err != nil {
-			p.log.Warn("idle container failed its health check", "container", c.shortID(), "sandbox", sb.cfg.Name, "err", err)
-			p.retireLocked(c, RetireUnhealthy)
+			p.log.Warn(failure, "container", c.shortID(), "sandbox", c.sandbox.cfg.Name, "err", err)
+			p.retireLocked(c, reason)
 			return
 		}
 		p.offerLocked(c)
@@ -493,24 +500,7 @@ func (p *Pool) release(c *ctr, reason string) {
 	}
 	sb.inUse--
 	c.state = stateReturning
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		ctx, cancel := context.WithTimeout(p.bg, p.cfg.ResetTimeout)
-		err := c.conn.Reset(ctx)
-		cancel()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if c.state == stateGone {
-			return
-		}
-		if err != nil {
-			p.log.Warn("reset failed", "container", c.shortID(), "sandbox", sb.cfg.Name, "err", err)
-			p.retireLocked(c, RetireResetFailed)
-			return
-		}
-		p.offerLocked(c)
-	}()
+	p.tendLocked(c, c.conn.Reset, RetireResetFailed, "reset failed")
 }
 
 // Close stops the pool: waiting callers get ErrClosed, and every container is
