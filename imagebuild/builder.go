@@ -203,8 +203,22 @@ func (b *Builder) build(ctx context.Context, spec *Spec, img Image) (Image, erro
 	}
 	b.log.Info("building sandbox image", "sandbox", spec.Name, "tag", img.Tag, "context_bytes", len(tarball))
 	start := time.Now()
+	id, tail, err := b.runBuild(ctx, spec.Name, img.Tag, tarball)
+	if err != nil {
+		return fail(tail, err)
+	}
+	img.ID, img.Built = id, true
+	b.log.Info("built sandbox image", "sandbox", spec.Name, "tag", img.Tag, "id", id,
+		"duration", time.Since(start).Round(time.Millisecond))
+	return img, nil
+}
+
+// runBuild builds the tarball (a build context with a Dockerfile) as tag with the
+// classic builder, writing progress under the name. It returns the image id, or the
+// error with the tail of the build log.
+func (b *Builder) runBuild(ctx context.Context, name, tag string, tarball []byte) (string, []string, error) {
 	res, err := b.docker.ImageBuild(ctx, bytes.NewReader(tarball), client.ImageBuildOptions{
-		Tags:        []string{img.Tag},
+		Tags:        []string{tag},
 		Dockerfile:  "Dockerfile",
 		Remove:      true,
 		ForceRemove: true,
@@ -212,25 +226,19 @@ func (b *Builder) build(ctx context.Context, spec *Spec, img Image) (Image, erro
 		Version:     build.BuilderV1,
 	})
 	if err != nil {
-		return fail(nil, err)
+		return "", nil, err
 	}
-	out := &buildOutput{sandbox: spec.Name, b: b}
+	out := &buildOutput{sandbox: name, b: b}
 	err = out.read(res.Body)
 	_ = res.Body.Close()
 	if err != nil {
-		return fail(out.tail, err)
+		return "", out.tail, err
 	}
-	id, err := b.lookup(ctx, img.Tag)
+	id, err := b.lookup(ctx, tag)
 	if err == nil && id == "" {
 		err = errors.New("the build ended without an image of that tag")
 	}
-	if err != nil {
-		return fail(out.tail, err)
-	}
-	img.ID, img.Built = id, true
-	b.log.Info("built sandbox image", "sandbox", spec.Name, "tag", img.Tag, "id", id,
-		"duration", time.Since(start).Round(time.Millisecond))
-	return img, nil
+	return id, out.tail, err
 }
 
 // buildOutput reads a build's JSON message stream: it writes progress lines and

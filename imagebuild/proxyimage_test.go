@@ -1,0 +1,71 @@
+package imagebuild
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTheProxyImageRunsTheStaticWorkerFromScratch builds the sidecar's image from a
+// static build of cmd/worker and runs it: it listens with its config, as nobody,
+// with nothing else in the image.
+func TestTheProxyImageRunsTheStaticWorkerFromScratch(t *testing.T) {
+	cli := requireDocker(t)
+	bin := filepath.Join(t.TempDir(), "worker")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/worker")
+	build.Dir = ".."
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("static build of cmd/worker: %v\n%s", err, out)
+	}
+	binary, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary = append(binary, []byte(t.Name())...) // a tag of this test's own, removed after it
+	b, err := NewBuilder(BuilderConfig{Docker: cli})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	img, err := b.EnsureProxyImage(ctx, binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	removeImageAtCleanup(t, cli, img.ID)
+	if !img.Built || !strings.HasPrefix(img.Tag, ProxyRepository+":") {
+		t.Errorf("first EnsureProxyImage = %+v, want a build", img)
+	}
+	again, err := b.EnsureProxyImage(ctx, binary)
+	if err != nil || again.Built || again.ID != img.ID {
+		t.Errorf("second EnsureProxyImage = %+v, %v; want the same image, not built", again, err)
+	}
+	cfg := `{"listen":":3128","sandboxes":[{"name":"a","subnets":["10.250.0.0/24"],"allowed":["svc-a:8080"]}]}`
+	out, err := exec.Command("docker", "run", "-d", "--rm", "--network", "none", "--read-only", "--cap-drop", "ALL",
+		"--label", testLabel, "-e", "JAZZMINE_PROXY_CONFIG="+cfg, img.Tag).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(string(out))
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", id).Run() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		logs, _ := exec.Command("docker", "logs", id).CombinedOutput()
+		if strings.Contains(string(logs), `"msg":"proxy: listening"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy did not start:\n%s", logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	user, _ := exec.Command("docker", "inspect", "-f", "{{.Config.User}}", id).Output()
+	if strings.TrimSpace(string(user)) != "65534:65534" {
+		t.Errorf("the proxy runs as %q, want nobody", user)
+	}
+}
