@@ -2,10 +2,12 @@ package imagebuild
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -15,18 +17,7 @@ import (
 // with nothing else in the image.
 func TestTheProxyImageRunsTheStaticWorkerFromScratch(t *testing.T) {
 	cli := requireDocker(t)
-	bin := filepath.Join(t.TempDir(), "worker")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/worker")
-	build.Dir = ".."
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("static build of cmd/worker: %v\n%s", err, out)
-	}
-	binary, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	binary = append(binary, []byte(t.Name())...) // a tag of this test's own, removed after it
+	binary := append(staticWorker(t), []byte(t.Name())...) // a tag of this test's own, removed after it
 	b, err := NewBuilder(BuilderConfig{Docker: cli})
 	if err != nil {
 		t.Fatal(err)
@@ -68,4 +59,36 @@ func TestTheProxyImageRunsTheStaticWorkerFromScratch(t *testing.T) {
 	if strings.TrimSpace(string(user)) != "65534:65534" {
 		t.Errorf("the proxy runs as %q, want nobody", user)
 	}
+}
+
+var (
+	staticOnce sync.Once
+	staticBin  []byte
+	staticErr  error
+)
+
+// staticWorker is cmd/worker built with CGO_ENABLED=0, once per test binary.
+func staticWorker(t *testing.T) []byte {
+	t.Helper()
+	staticOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "jazzmine-static-")
+		if err != nil {
+			staticErr = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		bin := filepath.Join(dir, "worker")
+		build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/worker")
+		build.Dir = ".."
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			staticErr = fmt.Errorf("static build of cmd/worker: %v\n%s", err, out)
+			return
+		}
+		staticBin, staticErr = os.ReadFile(bin)
+	})
+	if staticErr != nil {
+		t.Fatal(staticErr)
+	}
+	return staticBin
 }
