@@ -36,6 +36,7 @@ func workerBinary(t testing.TB) string {
 		}
 		binPath = filepath.Join(dir, "worker")
 		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/worker")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static: the proxy sidecar runs it from scratch
 		cmd.Dir = testenv.RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binErr = fmt.Errorf("go build ./cmd/worker: %v\n%s", err, out)

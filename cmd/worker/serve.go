@@ -80,11 +80,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return usageError("config %s: %v", *configPath, err)
 	}
-	for _, name := range cfg.Names() {
-		if len(cfg.Sandboxes[name].Network.AllowedHosts) > 0 {
-			log.Warn("network allowlists are not enforced yet: this sandbox gets no network at all", "sandbox", name)
-		}
-	}
 
 	docker, err := imagebuild.Connect(ctx)
 	if err != nil {
@@ -146,6 +141,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		sb := worker.PoolSandbox(cfg.Sandboxes[name], images[name])
 		poolCfg.Sandboxes = append(poolCfg.Sandboxes, sb)
 		wcfg.Sandboxes = append(wcfg.Sandboxes, worker.WorkerSandbox(sb))
+	}
+	if err := setUpEgress(ctx, docker, builder, cfg, poolCfg.Sandboxes, log); err != nil {
+		return err
 	}
 	pool, err := sandboxpool.New(poolCfg)
 	if err != nil {
