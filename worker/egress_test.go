@@ -42,28 +42,40 @@ func TestEachSandboxReachesOnlyItsOwnAllowlist(t *testing.T) {
 		ips[svc] = docker("inspect", "-f", "{{(index .NetworkSettings.Networks \""+targets+"\").IPAddress}}", id)
 	}
 	tools := filepath.Join(testenv.RepoRoot(), "examples", "tools", "*.py")
-	cfg := fmt.Sprintf(`sandboxes:
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	writeAllowlists := func(a string) {
+		cfg := fmt.Sprintf(`sandboxes:
   a%[1]s:
     tools: [%[2]q]
-    network: {allowed_hosts: ["svc-a:8080"]}
+    network: {allowed_hosts: [%[3]s]}
     pool: {size: 1, max_overflow: 0}
   b%[1]s:
     tools: [%[2]q]
     network: {allowed_hosts: ["svc-b:8080"]}
     pool: {size: 1, max_overflow: 0}
-`, suffix, tools)
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
+`, suffix, tools, a)
+		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
+	writeAllowlists(`"svc-a:8080"`)
 	t.Cleanup(func() { // after the worker has removed its containers (cleanups run last first)
 		for _, sb := range []string{"a" + suffix, "b" + suffix} {
 			_ = exec.Command("docker", "network", "rm", imagebuild.NetworkName(sb)).Run()
 		}
 	})
-	id := "egress-" + suffix
-	p := startProcess(t, path, srv.ClientURL(), id)
-	waitFor(t, 3*time.Minute, "the worker to serve", func() bool { return strings.Contains(p.log.String(), "msg=serving") })
+	serve := func(n int) *workerProcess {
+		p := startProcess(t, path, srv.ClientURL(), fmt.Sprintf("egress-%s-%d", suffix, n))
+		waitFor(t, 3*time.Minute, "the worker to serve", func() bool { return strings.Contains(p.log.String(), "msg=serving") })
+		return p
+	}
+	stop := func(p *workerProcess) {
+		_ = p.cmd.Process.Signal(os.Interrupt)
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("worker exit: %v", err)
+		}
+	}
+	p := serve(1)
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs, _ := exec.Command("docker", "logs", imagebuild.ProxyContainer).CombinedOutput()
@@ -129,6 +141,24 @@ emit_result(out)
 `, ips["svc-a"], ips["svc-b"])
 	checkResult(t, "raw sockets", run("a"+suffix, raw), map[string]any{
 		"svc-a by ip": "refused", "svc-b by ip": "refused", "svc-a": "no answer"})
+
+	// A restart with the same allowlists keeps the sidecar; a changed one replaces it,
+	// and the change takes effect.
+	sidecar := docker("inspect", "-f", "{{.Id}}", imagebuild.ProxyContainer)
+	stop(p)
+	p = serve(2)
+	if now := docker("inspect", "-f", "{{.Id}}", imagebuild.ProxyContainer); now != sidecar {
+		t.Errorf("the sidecar was replaced although no allowlist changed")
+	}
+	stop(p)
+	writeAllowlists(`"svc-a:8080", "svc-a:9090"`)
+	serve(3)
+	if now := docker("inspect", "-f", "{{.Id}}", imagebuild.ProxyContainer); now == sidecar {
+		t.Errorf("the sidecar was kept although an allowlist changed")
+	}
+	docker("network", "connect", targets, imagebuild.ProxyContainer)
+	checkResult(t, "sandbox a after the change", run("a"+suffix, fmt.Sprintf(fetch, `["http://svc-a:9090/"]`)),
+		map[string]any{"http://svc-a:9090/": "hello from svc-a"})
 }
 
 func checkResult(t *testing.T, what string, got any, want map[string]any) {
