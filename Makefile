@@ -4,6 +4,7 @@ GO          ?= go
 PYTHON      ?= python3
 BASE_IMAGE  ?= jazzmine-python-base:bookworm
 GOTESTFLAGS ?=
+FUZZTIME    ?= 10s
 
 .DEFAULT_GOAL := help
 
@@ -34,8 +35,14 @@ test-python: ## Python unit tests of the harness
 test-go: ## Go tests with the race detector (real harness, real Docker, in-process NATS)
 	$(GO) test -race -count=1 $(GOTESTFLAGS) ./...
 
+.PHONY: fuzz
+fuzz: ## A short run of every fuzz target (FUZZTIME each, default 10s)
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJob$$' -fuzztime $(FUZZTIME) ./wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEvent$$' -fuzztime $(FUZZTIME) ./wire/
+	$(GO) test -run '^$$' -fuzz '^FuzzExecutorStream$$' -fuzztime $(FUZZTIME) ./harness/
+
 .PHONY: test
-test: lint base-image test-python test-go ## Everything CI runs: lint, base image, Python and Go tests
+test: lint base-image test-python test-go fuzz ## Everything CI runs: lint, base image, Python and Go tests, a short fuzz run
 
 .PHONY: run
 run: base-image build ## Run the worker with the example config and the embedded NATS server (127.0.0.1:4222)
