@@ -1,11 +1,15 @@
 package worker
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 func TestReadinessFailsNamingEachCheckUntilAllPass(t *testing.T) {
@@ -40,5 +44,22 @@ func TestReadinessFailsNamingEachCheckUntilAllPass(t *testing.T) {
 	}
 	if code, _ := probe("/healthz"); code != 200 {
 		t.Errorf("/healthz = %d", code)
+	}
+}
+
+func TestLogsWithASpanInTheirContextCarryItsIDs(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(TraceHandler{slog.NewJSONHandler(&buf, nil)}).With("sandbox", "default")
+	tid, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
+	sid, _ := trace.SpanIDFromHex("b7ad6b7169203331")
+	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid}))
+	log.InfoContext(ctx, "with span")
+	log.Info("without")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if !strings.Contains(lines[0], `"trace_id":"0af7651916cd43dd8448eb211c80319c"`) || !strings.Contains(lines[0], `"span_id":"b7ad6b7169203331"`) || !strings.Contains(lines[0], `"sandbox":"default"`) {
+		t.Errorf("log with a span: %s", lines[0])
+	}
+	if strings.Contains(lines[1], "trace_id") {
+		t.Errorf("log without a span: %s", lines[1])
 	}
 }
