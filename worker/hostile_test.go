@@ -1,0 +1,127 @@
+package worker_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/wire"
+)
+
+// hostile is one attempt of docs/SECURITY.md: a script (and, for attempts on a later
+// execution, a probe run right after it) and what must come of it.
+type hostile struct {
+	name   string
+	script string
+	probe  string // run after script; must end with emit_result(True)
+	kind   string // the error kind script must end with; "" means it must succeed with result True
+}
+
+var hostileSuite = []hostile{
+	{name: "read another execution's files", script: "open('/workspace/secret', 'w').write('s')\nopen('/tmp/.secret', 'w').write('s')\nemit_result(True)",
+		probe: "import os\nemit_result(os.listdir('/workspace') == [] and os.listdir('/tmp') == [])"},
+	{name: "read another execution's environment", script: "import os\nos.environ['TOKEN'] = 'leak'\nemit_result(True)",
+		probe: "import os\nemit_result('TOKEN' not in os.environ)"},
+	{name: "read another execution's Python state", script: "import json, builtins\njson.dumps = None\nbuiltins.planted = 1\nemit_result(True)",
+		probe: "import json, builtins\nemit_result(json.dumps([1]) == '[1]' and not hasattr(builtins, 'planted'))"},
+	{name: "leave a daemon behind (setsid, double fork)", script: "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(600)\n    os._exit(0)\ntime.sleep(0.2)\nemit_result(True)",
+		probe: "import os, sys\nmine = {os.getpid(), os.getppid()}\nothers = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in mine and int(p) != 1 and open('/proc/%s/stat' % p).read().split()[2] != 'Z']\nemit_result(others == [] or (print(others, [open('/proc/%s/cmdline' % p).read() for p in others]) and False))"},
+	{name: "write outside the workspace", script: "import os\nblocked = 0\nfor path in ('/etc/passwd', '/opt/jazzmine/executor_harness.py', '/tools/evil.py', '/usr/lib/python3.11/os.py', '/planted'):\n    try:\n        open(path, 'a').write('x')\n    except OSError:\n        blocked += 1\nemit_result(blocked == 5)"},
+	{name: "fill the workspace and /tmp", script: "import errno\nfull = 0\nfor d in ('/workspace', '/tmp'):\n    try:\n        with open(d + '/fill', 'wb') as f:\n            while True:\n                f.write(b'\\0' * (1 << 20))\n    except OSError as e:\n        full += e.errno == errno.ENOSPC\nemit_result(full == 2)",
+		probe: "open('/workspace/after', 'wb').write(b'\\0' * (32 << 20))\nemit_result(True)"},
+	{name: "exhaust memory", script: "x = bytearray(2 << 30)", kind: wire.KindOOM},
+	{name: "fork bomb", script: "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(60)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    emit_result(n < 128)"},
+	// PID 1 (docker-init) runs as the sandbox user, so its environ is readable: it
+	// holds the container's environment, which the script has anyway.
+	{name: "read /proc of other processes", script: "import os\nppid = os.getppid()\nreadable = []\nfor path in ('/proc/%d/environ' % ppid, '/proc/%d/mem' % ppid, '/proc/%d/fd/0' % ppid, '/proc/%d/maps' % ppid, '/proc/%d/cmdline' % ppid):\n    try:\n        open(path, 'rb').read(1)\n        readable.append(path)\n    except OSError:\n        pass\nmine = set('%s=%s' % kv for kv in os.environ.items())\ninit = [e for e in open('/proc/1/environ').read().split('\\0') if e]\nemit_result(readable in ([], ['/proc/%d/cmdline' % ppid]) and set(init) <= mine or [readable, sorted(set(init) - mine)])"},
+	{name: "ptrace the harness", script: "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nemit_result(libc.ptrace(16, os.getppid(), 0, 0) == -1)"},
+	{name: "mount a filesystem", script: "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nemit_result(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) == -1)"},
+	{name: "change uid to root", script: "import os\ntry:\n    os.setuid(0)\n    emit_result(False)\nexcept PermissionError:\n    emit_result(os.getuid() != 0)"},
+	{name: "reach the Docker socket", script: "import os\nemit_result(not any(os.path.exists(p) for p in ('/var/run/docker.sock', '/run/docker.sock')))"},
+	{name: "reach the network", script: "import os\nemit_result(sorted(os.listdir('/sys/class/net')) == ['lo'])"},
+	{name: "forge protocol lines on stdout and stderr", script: "import sys\nprint('{\"type\":\"final_result\",\"data\":\"forged\"}')\nsys.stderr.write('{\"type\":\"script_done\",\"success\":true}\\n')\nemit_result(True)"},
+	{name: "print huge binary output", script: "import os\nwhile True:\n    os.write(1, os.urandom(1 << 16))", kind: wire.KindOutputLimit},
+	{name: "never yield to the interpreter", script: "import re\nre.match(r'(a+)+$', 'a' * 64 + 'b')", kind: wire.KindTimeout},
+	{name: "block the timeout signal", script: "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\nwhile True: pass", kind: wire.KindTimeout},
+	{name: "kill the harness", script: "import os\nos.kill(os.getppid(), 9)", kind: wire.KindCrashed},
+}
+
+// TestHostileScriptsChangeNothingForOthers runs every attempt of docs/SECURITY.md
+// through a worker with a single container, while an ordinary agent's jobs run beside
+// them through the same container; none of those may fail or see another's data.
+func TestHostileScriptsChangeNothingForOthers(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 0, nil)
+	a := newAgent(t, nc)
+
+	stop := make(chan struct{})
+	var ordinary, failures atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		b := newAgent(t, nc)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			id := newID("ordinary")
+			data, _ := wire.EncodeJob(wire.ContentTypeMsgpack, &wire.Job{ExecutionID: id, Script: fmt.Sprintf("import os\nemit_result([%d, sorted(os.listdir('.'))])", i)})
+			if err := b.publish(wire.ExecSubject("default"), data, map[string]string{wire.HeaderMsgID: id}); err != nil {
+				failures.Add(1)
+				continue
+			}
+			evs, err := b.tryEvents(id, 2*time.Minute)
+			got, _ := json.Marshal(func() any {
+				if err != nil {
+					return nil
+				}
+				return last(evs).FinalData
+			}())
+			if err != nil || !last(evs).Success || string(got) != fmt.Sprintf("[%d,[]]", i) {
+				failures.Add(1)
+				t.Errorf("ordinary job %d beside the hostile ones: %v %s", i, err, got)
+			}
+			ordinary.Add(1)
+		}
+	}()
+
+	for _, h := range hostileSuite {
+		t.Run(h.name, func(t *testing.T) {
+			id := newID("hostile")
+			a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: id, Sandbox: "default", Script: h.script, TimeoutSec: 3})
+			evs := a.events(id, 2*time.Minute)
+			done := last(evs)
+			if h.kind == "" {
+				if !done.Success || done.FinalData != true {
+					t.Errorf("attempt succeeded against the sandbox: result %v; %s", done.FinalData, describe(evs))
+				}
+			} else if e := find(evs, wire.EventError); done.Success || e == nil || e.Kind != h.kind {
+				t.Errorf("want a %s error: %s", h.kind, describe(evs))
+			}
+			for _, ev := range evs {
+				if ev.Type == wire.EventFinalResult && ev.Data == "forged" {
+					t.Errorf("a forged line became a result")
+				}
+			}
+			if h.probe != "" {
+				pid := newID("probe")
+				a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: pid, Sandbox: "default", Script: h.probe})
+				if pd := last(a.events(pid, 2*time.Minute)); !pd.Success || pd.FinalData != true {
+					t.Errorf("the next execution saw what the attempt left: %s", describe(a.allEvents(pid)))
+				}
+			}
+		})
+	}
+	close(stop)
+	wg.Wait()
+	if ordinary.Load() < 5 || failures.Load() > 0 {
+		t.Errorf("ordinary jobs beside the suite: %d ran, %d failed", ordinary.Load(), failures.Load())
+	}
+}
