@@ -40,6 +40,7 @@ fuzz: ## A short run of every fuzz target (FUZZTIME each, default 10s)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJob$$' -fuzztime $(FUZZTIME) ./wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEvent$$' -fuzztime $(FUZZTIME) ./wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzExecutorStream$$' -fuzztime $(FUZZTIME) ./harness/
+	$(GO) test -run '^$$' -fuzz '^FuzzDemux$$' -fuzztime $(FUZZTIME) ./sandboxpool/
 
 .PHONY: test
 test: lint base-image test-python test-go fuzz ## Everything CI runs: lint, base image, Python and Go tests, a short fuzz run
