@@ -374,5 +374,4 @@ func TestResetWipesTheWorkspace(t *testing.T) {
 	if !res.Success {
 		t.Errorf("execution after reset: %s", res.Error)
 	}
-	_ = time.Second
 }

@@ -42,8 +42,10 @@ func (l *Lease) Retire(reason string) {
 // limit, a closed stream) or the script ran out of memory, and reports a container
 // that Docker killed for memory as an oom error rather than a crash.
 func (l *Lease) Run(ctx context.Context, req harness.Request, on harness.EventFunc) (*harness.Result, error) {
+	oom := false // Docker killed the container for memory; asked once, on a closed stream
 	wrapped := func(ctx context.Context, ev harness.Event) error {
 		if ev.Type == harness.EventError && ev.Kind == harness.KindCrashed && ev.Error == harness.ErrStdoutClosed && l.p.oomKilled(l.c) {
+			oom = true
 			ev.Kind = harness.KindOOM
 			ev.Error = "Container was killed: out of memory"
 		}
@@ -56,7 +58,7 @@ func (l *Lease) Run(ctx context.Context, req harness.Request, on harness.EventFu
 	if res == nil {
 		return res, err
 	}
-	if res.Error == harness.ErrStdoutClosed && res.ErrorKind == harness.KindCrashed && l.p.oomKilled(l.c) {
+	if oom {
 		res.ErrorKind = harness.KindOOM
 		res.Error = "Container was killed: out of memory"
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -99,10 +100,7 @@ func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 
 // process decodes, validates and runs the job. It returns the outcome and, for a
 // terminated job, the reason.
-func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.Msg, attempt int, last bool, log interface {
-	Warn(string, ...any)
-	Info(string, ...any)
-}) (outcome, string) {
+func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.Msg, attempt int, last bool, log *slog.Logger) (outcome, string) {
 	hdr := msg.Headers()
 	headerID := hdr.Get(wire.HeaderMsgID)
 	ct, ctErr := wire.ParseContentType(hdr.Get(wire.HeaderContentType))
@@ -167,7 +165,7 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 	cspan.End()
 	if err != nil {
 		if ctx.Err() != nil {
-			return w.endCancelled(p, ctx, log)
+			return w.endCancelled(ctx, p, log)
 		}
 		msg := fmt.Sprintf("no container for sandbox %q: %v", sandbox, err)
 		log.Warn("checkout failed", "execution_id", job.ExecutionID, "last_delivery", last, "err", err)
@@ -247,7 +245,7 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 }
 
 // endCancelled publishes the end of a job cancelled before it got a container.
-func (w *Worker) endCancelled(p *publisher, ctx context.Context, log interface{ Warn(string, ...any) }) (outcome, string) {
+func (w *Worker) endCancelled(ctx context.Context, p *publisher, log *slog.Logger) (outcome, string) {
 	msg := "Execution cancelled"
 	if errors.Is(context.Cause(ctx), errShuttingDown) {
 		msg = "Execution cancelled: the worker is shutting down"

@@ -11,8 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
-
-	"github.com/jazzmine/worker/wire"
 )
 
 // ErrStopped is returned by Start after Shutdown.
@@ -229,9 +227,7 @@ func nuidSuffix() string {
 	return id[len(id)-6:]
 }
 
-// publishTimeout bounds one event publish and the wait for its ack.
+// publishContext bounds the wait for the acks of an execution's events.
 func (w *Worker) publishContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), DefaultEventPublishLimit)
 }
-
-var _ = wire.StreamExec
