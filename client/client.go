@@ -34,6 +34,10 @@ const (
 	// consumerDeleteTimeout bounds the deletion of the events consumer when
 	// an execution ends.
 	consumerDeleteTimeout = 5 * time.Second
+
+	// DefaultLiveWindow is how long an execution follows its events through
+	// a plain subscription before it moves to a JetStream consumer: 1 s.
+	DefaultLiveWindow = time.Second
 )
 
 // Config configures a [Client]. The zero value of every field but Conn
@@ -56,6 +60,13 @@ type Config struct {
 	// Logger receives a warning for each event that cannot be decoded (it is
 	// skipped) and debug records; nil means slog.Default().
 	Logger *slog.Logger
+
+	// LiveWindow is how long an execution may follow its events through a
+	// plain NATS subscription, the fast path, before it reads them from the
+	// events stream through a JetStream consumer; see [Execution]. Zero
+	// means [DefaultLiveWindow]; a negative value means the stream from the
+	// start.
+	LiveWindow time.Duration
 }
 
 // Client submits jobs to jazzmine workers and follows their executions,
@@ -66,6 +77,7 @@ type Client struct {
 	js             jetstream.JetStream
 	contentType    string
 	maxScriptBytes int
+	liveWindow     time.Duration
 	log            *slog.Logger
 }
 
@@ -92,7 +104,11 @@ func New(cfg Config) (*Client, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{nc: cfg.Conn, js: js, contentType: ct, maxScriptBytes: cfg.MaxScriptBytes, log: log}, nil
+	window := cfg.LiveWindow
+	if window == 0 {
+		window = DefaultLiveWindow
+	}
+	return &Client{nc: cfg.Conn, js: js, contentType: ct, maxScriptBytes: cfg.MaxScriptBytes, liveWindow: window, log: log}, nil
 }
 
 // NewExecutionID returns a new random execution id, 22 letters and digits
@@ -138,7 +154,7 @@ func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
 		return nil, fmt.Errorf("submit execution %q: %w", id, err)
 	}
 
-	e, err := c.follow(ctx, id, job.Sandbox)
+	e, err := c.follow(id, job.Sandbox)
 	if err != nil {
 		return nil, fmt.Errorf("submit execution %q: %w", id, err)
 	}
@@ -161,14 +177,33 @@ func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
 	}
 	e.Duplicate = ack.Duplicate
 	if ack.Duplicate {
+		e.leaveLive() // the earlier job's events may be gone by: read the stream
 		c.log.Debug("jazzmine job dropped as a duplicate, following the earlier one", "execution_id", id, "sandbox", job.Sandbox)
 	}
 	return e, nil
 }
 
 // follow subscribes to the events of execution id and starts the goroutine
-// that reads them.
-func (c *Client) follow(ctx context.Context, id, sandbox string) (*Execution, error) {
+// that reads them. The subscription is a plain one (the fast path, see
+// [Execution]); it is in place on the server before the job is published,
+// because the server handles a connection's messages in order.
+func (c *Client) follow(id, sandbox string) (*Execution, error) {
+	e := newExecution(c, id, sandbox)
+	if c.liveWindow > 0 {
+		sub, err := c.nc.SubscribeSync(wire.EventsWildcard(id))
+		if err != nil {
+			return nil, fmt.Errorf("subscribe to %s: %w", wire.EventsWildcard(id), err)
+		}
+		e.live = sub
+		e.liveCtx, e.endLive = context.WithTimeout(context.Background(), c.liveWindow)
+	}
+	go e.run()
+	return e, nil
+}
+
+// consume creates the JetStream consumer of execution id's events, from its
+// first event.
+func (c *Client) consume(ctx context.Context, id string) (jetstream.Consumer, jetstream.MessagesContext, error) {
 	filter := wire.EventsWildcard(id)
 	cons, err := c.js.OrderedConsumer(ctx, wire.StreamEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{filter},
@@ -177,18 +212,16 @@ func (c *Client) follow(ctx context.Context, id, sandbox string) (*Execution, er
 	})
 	if err != nil {
 		if isNoStream(err) {
-			return nil, errorf(ErrNoStream, "no JetStream stream %s for the execution's events: is a jazzmine worker running against this NATS server? (%w)", wire.StreamEvents, err)
+			return nil, nil, errorf(ErrNoStream, "no JetStream stream %s for the execution's events: is a jazzmine worker running against this NATS server? (%w)", wire.StreamEvents, err)
 		}
-		return nil, fmt.Errorf("subscribe to %s: %w", filter, err)
+		return nil, nil, fmt.Errorf("subscribe to %s: %w", filter, err)
 	}
 	iter, err := cons.Messages()
 	if err != nil {
 		c.deleteConsumer(cons)
-		return nil, fmt.Errorf("subscribe to %s: %w", filter, err)
+		return nil, nil, fmt.Errorf("subscribe to %s: %w", filter, err)
 	}
-	e := newExecution(c, id, sandbox, cons, iter)
-	go e.run()
-	return e, nil
+	return cons, iter, nil
 }
 
 // deleteConsumer deletes the server side of an events consumer. Failing

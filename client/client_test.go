@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
@@ -197,13 +198,11 @@ func TestSubmitRefusesInvalidJobsBeforePublishing(t *testing.T) {
 
 func TestSubmitWithoutStreams(t *testing.T) {
 	tests := []struct {
-		name     string
-		streams  []jetstream.StreamConfig
-		wantText string
+		name    string
+		streams []jetstream.StreamConfig
 	}{
-		{"a server without the streams gives ErrNoStream", nil, "JAZZMINE_EVENTS"},
-		{"a server without the jobs stream gives ErrNoStream", []jetstream.StreamConfig{eventsStreamConfig()}, "jazzmine.exec.default"},
-		{"a server without the events stream gives ErrNoStream", []jetstream.StreamConfig{execStreamConfig()}, "JAZZMINE_EVENTS"},
+		{"a server without the streams gives ErrNoStream", nil},
+		{"a server without the jobs stream gives ErrNoStream", []jetstream.StreamConfig{eventsStreamConfig()}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -217,6 +216,10 @@ func TestSubmitWithoutStreams(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if _, err := js.AccountInfo(ctx(t)); err != nil { // starts the connection's request subscription
+				t.Fatal(err)
+			}
+			subs := nc.NumSubscriptions()
 			e, err := c.Submit(ctx(t), wire.Job{Sandbox: sandbox, Script: "pass"})
 			if err == nil {
 				e.Close()
@@ -227,19 +230,31 @@ func TestSubmitWithoutStreams(t *testing.T) {
 			}
 			t.Logf("Submit: %v", err)
 			msg := err.Error()
-			if !strings.Contains(msg, tt.wantText) || !strings.Contains(msg, "is a jazzmine worker running") {
-				t.Errorf("error %q should name %s and ask whether a worker is running", msg, tt.wantText)
+			if !strings.Contains(msg, "jazzmine.exec.default") || !strings.Contains(msg, "is a jazzmine worker running") {
+				t.Errorf("error %q should name jazzmine.exec.default and ask whether a worker is running", msg)
 			}
-			for _, cfg := range tt.streams {
-				if cfg.Name != wire.StreamEvents {
-					continue
-				}
-				if _, consumers := streamState(t, js, wire.StreamEvents); consumers != 0 {
-					t.Errorf("the events stream has %d consumers after a failed submit, want none", consumers)
-				}
+			if n := nc.NumSubscriptions(); n != subs {
+				t.Errorf("%d subscriptions after a failed submit, want the %d before it", n, subs)
 			}
 		})
 	}
+
+	// The events stream is only needed when an execution leaves the fast path:
+	// Wait says it is missing.
+	t.Run("a server without the events stream gives ErrNoStream at Wait", func(t *testing.T) {
+		srv := startServer(t, "", -1)
+		nc := connect(t, srv)
+		createStream(t, newJetStream(t, nc), execStreamConfig())
+		c, err := client.New(client.Config{Conn: nc, LiveWindow: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := submit(t, c, wire.Job{Sandbox: sandbox, Script: "pass"})
+		_, err = e.Wait(ctx(t))
+		if !errors.Is(err, client.ErrNoStream) || !strings.Contains(err.Error(), "JAZZMINE_EVENTS") {
+			t.Errorf("Wait: %v, want an error wrapping ErrNoStream that names JAZZMINE_EVENTS", err)
+		}
+	})
 }
 
 func TestSubmitWithoutJetStream(t *testing.T) {
@@ -280,6 +295,7 @@ func TestSubmitToAFullBacklog(t *testing.T) {
 			}
 
 			submit(t, c, wire.Job{Sandbox: sandbox, Script: script}) // fills the backlog
+			subs := nc.NumSubscriptions()
 			e, err := c.Submit(ctx(t), wire.Job{ExecutionID: "second", Sandbox: sandbox, Script: script})
 			if err == nil {
 				e.Close()
@@ -299,8 +315,8 @@ func TestSubmitToAFullBacklog(t *testing.T) {
 			if msgs, _ := streamState(t, js, wire.StreamExec); msgs != 1 {
 				t.Errorf("the jobs stream holds %d messages, want 1", msgs)
 			}
-			if _, consumers := streamState(t, js, wire.StreamEvents); consumers != 1 {
-				t.Errorf("the events stream has %d consumers, want 1: the first execution's, not the refused one's", consumers)
+			if n := nc.NumSubscriptions(); n != subs {
+				t.Errorf("%d subscriptions after the refused submit, want the %d before it", n, subs)
 			}
 		})
 	}

@@ -2,9 +2,11 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/wire"
@@ -13,13 +15,25 @@ import (
 // Execution follows one submitted job: its events, in order, and its
 // result. [Client.Submit] returns it; it is safe for concurrent use.
 //
-// A goroutine reads the execution's events from JetStream (an ordered
-// consumer on JAZZMINE_EVENTS that starts at the execution's first event
-// and survives reconnects), folds each into the result and hands it to the
-// Events channel. It ends after the first script_done, whatever its attempt,
-// or at [Execution.Close]. Close must be called (once the result is in is
-// fine; [Client.Run] does it): until then the goroutine waits for someone to
-// read the events.
+// A goroutine reads the execution's events, folds each into the result and
+// hands it to the Events channel. It ends after the first script_done,
+// whatever its attempt, or at [Execution.Close]. Close must be called (once
+// the result is in is fine; [Client.Run] does it): until then the goroutine
+// waits for someone to read the events.
+//
+// The events come by one of two paths, and nothing is lost between them:
+//   - The fast path, a plain subscription to the execution's subjects, made
+//     before the job is published. It costs the server nothing per
+//     execution, and most executions end on it. It delivers an event only
+//     when it is the next of its attempt (events carry a sequence number
+//     per attempt).
+//   - The events stream, through an ordered JetStream consumer that starts
+//     at the execution's first event and survives reconnects. An execution
+//     moves to it when the fast path skips a sequence number (a message
+//     lost to a reconnect or a slow consumer), when the job was a duplicate
+//     (its events may have been published before the subscription), or
+//     when the execution has not ended within [Config.LiveWindow]. Events
+//     the fast path delivered are not delivered again.
 //
 // There are two ways to read an execution, and they combine:
 //   - [Execution.Wait] alone: it reads and discards the events and returns
@@ -44,31 +58,37 @@ type Execution struct {
 	Duplicate bool
 
 	c      *Client
-	cons   jetstream.Consumer
-	iter   jetstream.MessagesContext
 	events chan *wire.Event
+
+	// The fast path: nil when the client reads the stream from the start.
+	// endLive ends it: at Close, on a duplicate, or when the window is over.
+	live    *nats.Subscription
+	liveCtx context.Context
+	endLive context.CancelFunc
 
 	closing   chan struct{} // closed by Close: the goroutine stops
 	done      chan struct{} // closed when the goroutine has ended
 	closeOnce sync.Once
-	col       collector // the goroutine's alone
+	col       collector          // the goroutine's alone
+	last      map[int]uint64     // the goroutine's alone: per attempt, the last seq delivered
+	cons      jetstream.Consumer // the goroutine's alone: the stream path's consumer
 
 	mu     sync.Mutex // guards the fields below
-	result *Result    // set by the script_done that ended the execution
-	err    error      // why the execution ended without a result
+	iter   jetstream.MessagesContext
+	result *Result // set by the script_done that ended the execution
+	err    error   // why the execution ended without a result
 }
 
-func newExecution(c *Client, id, sandbox string, cons jetstream.Consumer, iter jetstream.MessagesContext) *Execution {
+func newExecution(c *Client, id, sandbox string) *Execution {
 	return &Execution{
 		ID:      id,
 		Sandbox: sandbox,
 		c:       c,
-		cons:    cons,
-		iter:    iter,
 		events:  make(chan *wire.Event, eventsBuffer),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 		col:     collector{id: id},
+		last:    map[int]uint64{},
 	}
 }
 
@@ -122,37 +142,122 @@ func (e *Execution) Cancel(ctx context.Context) error {
 
 // Close stops following the execution: it stops the goroutine that reads
 // the events, closes the Events channel (if the execution has not ended)
-// and deletes the events consumer on the server. It does not cancel the job
-// (see [Execution.Cancel]). Close is idempotent and safe to call from any
-// goroutine; it returns once the goroutine has ended, which takes at most a
-// few seconds when the server is unreachable.
+// and deletes the events consumer on the server, if there is one. It does
+// not cancel the job (see [Execution.Cancel]). Close is idempotent and safe
+// to call from any goroutine; it returns once the goroutine has ended, which
+// takes at most a few seconds when the server is unreachable.
 func (e *Execution) Close() {
 	e.closeOnce.Do(func() {
 		close(e.closing)
-		e.iter.Stop()
+		e.leaveLive()
+		e.mu.Lock()
+		if e.iter != nil {
+			e.iter.Stop()
+		}
+		e.mu.Unlock()
 	})
 	<-e.done
+}
+
+// leaveLive ends the fast path: the goroutine goes on with the stream, or
+// stops if the execution is closing.
+func (e *Execution) leaveLive() {
+	if e.endLive != nil {
+		e.endLive()
+	}
 }
 
 // run reads the execution's events until the execution ends or is closed.
 func (e *Execution) run() {
 	defer close(e.done)
 	err := e.read()
-	e.iter.Stop()
+	if e.live != nil {
+		_ = e.live.Unsubscribe()
+		e.endLive()
+	}
 	e.mu.Lock()
+	if e.iter != nil {
+		e.iter.Stop()
+	}
 	if e.result == nil {
 		e.err = err
 	}
 	e.mu.Unlock()
 	close(e.events)
-	e.c.deleteConsumer(e.cons)
+	if e.cons != nil {
+		e.c.deleteConsumer(e.cons)
+	}
 }
 
 // read hands the events to the Events channel until a script_done, and
-// returns why it stopped without one.
+// returns why it stopped without one: the fast path first, then the stream.
 func (e *Execution) read() error {
+	if e.live != nil {
+		ended, err := e.readLive()
+		if ended {
+			return err
+		}
+		_ = e.live.Unsubscribe()
+	}
+	return e.readStream()
+}
+
+// readLive reads the fast path. It returns ended when the execution ended
+// (its script_done, Close, or a connection closed for good) with why it
+// ended without a result, or not ended when the stream must take over.
+func (e *Execution) readLive() (ended bool, err error) {
 	for {
-		msg, err := e.iter.Next()
+		msg, err := e.live.NextMsgWithContext(e.liveCtx)
+		if err != nil {
+			select {
+			case <-e.closing:
+				return true, e.closedError()
+			default:
+			}
+			if errors.Is(err, nats.ErrConnectionClosed) {
+				return true, fmt.Errorf("read the events of execution %q: %w", e.ID, err)
+			}
+			// The window is over, a duplicate, a slow consumer: the stream has it all.
+			e.c.log.Debug("jazzmine client: following the events stream", "execution_id", e.ID, "reason", err)
+			return false, nil
+		}
+		ev, ok := e.decode(msg.Header.Get(wire.HeaderContentType), msg.Data, msg.Subject)
+		if !ok {
+			continue
+		}
+		if ev.Seq <= e.last[ev.Attempt] {
+			continue // seen already
+		}
+		if ev.Seq != e.last[ev.Attempt]+1 {
+			e.c.log.Debug("jazzmine client: an event was missed, following the events stream", "execution_id", e.ID, "attempt", ev.Attempt, "seq", ev.Seq)
+			return false, nil
+		}
+		if done, err := e.deliver(ev); done {
+			return true, err
+		}
+	}
+}
+
+// readStream reads the events stream from the execution's first event,
+// skipping what the fast path delivered.
+func (e *Execution) readStream() error {
+	ctx, cancel := context.WithTimeout(context.Background(), consumerDeleteTimeout)
+	cons, iter, err := e.c.consume(ctx, e.ID)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("read the events of execution %q: %w", e.ID, err)
+	}
+	e.cons = cons
+	e.mu.Lock()
+	e.iter = iter
+	e.mu.Unlock()
+	select {
+	case <-e.closing: // Close came before iter was set: it did not stop it
+		return e.closedError()
+	default:
+	}
+	for {
+		msg, err := iter.Next()
 		if err != nil {
 			select {
 			case <-e.closing:
@@ -161,26 +266,46 @@ func (e *Execution) read() error {
 			}
 			return fmt.Errorf("read the events of execution %q: %w", e.ID, err)
 		}
-		ev, err := wire.DecodeEvent(msg.Headers().Get(wire.HeaderContentType), msg.Data())
-		if err != nil {
-			e.c.log.Warn("jazzmine client: skipped an event that cannot be decoded", "execution_id", e.ID, "subject", msg.Subject(), "error", err)
+		ev, ok := e.decode(msg.Headers().Get(wire.HeaderContentType), msg.Data(), msg.Subject())
+		if !ok {
 			continue
 		}
-		res := e.col.add(ev)
-		if res != nil {
-			e.mu.Lock()
-			e.result = res
-			e.mu.Unlock()
+		if ev.Seq != 0 && ev.Seq <= e.last[ev.Attempt] {
+			continue // delivered by the fast path
 		}
-		select {
-		case e.events <- ev:
-		case <-e.closing:
-			return e.closedError()
-		}
-		if res != nil {
-			return nil
+		if done, err := e.deliver(ev); done {
+			return err
 		}
 	}
+}
+
+// decode decodes an event, or logs and skips it.
+func (e *Execution) decode(contentType string, data []byte, subject string) (*wire.Event, bool) {
+	ev, err := wire.DecodeEvent(contentType, data)
+	if err != nil {
+		e.c.log.Warn("jazzmine client: skipped an event that cannot be decoded", "execution_id", e.ID, "subject", subject, "error", err)
+		return nil, false
+	}
+	return ev, true
+}
+
+// deliver folds ev into the result and hands it to the Events channel. It
+// returns done at the script_done that ends the execution (err nil) or when
+// the execution is closed.
+func (e *Execution) deliver(ev *wire.Event) (done bool, err error) {
+	e.last[ev.Attempt] = max(e.last[ev.Attempt], ev.Seq)
+	res := e.col.add(ev)
+	if res != nil {
+		e.mu.Lock()
+		e.result = res
+		e.mu.Unlock()
+	}
+	select {
+	case e.events <- ev:
+	case <-e.closing:
+		return true, e.closedError()
+	}
+	return res != nil, nil
 }
 
 func (e *Execution) closedError() error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,8 +247,43 @@ func TestWaitEndsWithItsContextAndCanBeCalledAgain(t *testing.T) {
 
 func TestClose(t *testing.T) {
 	env := newEnv(t, client.Config{})
+	stream := newEnv(t, client.Config{LiveWindow: -1}) // the stream from the start
 
-	t.Run("Close is idempotent, stops the reader and deletes the consumer", func(t *testing.T) {
+	t.Run("Close is idempotent and stops the reader and the subscription", func(t *testing.T) {
+		warm := submit(t, env.client, wire.Job{Sandbox: sandbox, Script: "pass"})
+		warm.Close()
+		env.worker.take().ack()
+
+		before := goleak.IgnoreCurrent()
+		subs := env.cnc.NumSubscriptions()
+		e, err := env.client.Submit(ctx(t), wire.Job{Sandbox: sandbox, Script: "pass"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := env.cnc.NumSubscriptions(); n != subs+1 {
+			t.Errorf("%d subscriptions while the execution is open, want %d", n, subs+1)
+		}
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(e.Close)
+		}
+		wg.Wait()
+		e.Close()
+		if _, ok := <-e.Events(); ok {
+			t.Error("Events delivered an event after Close")
+		}
+		if _, err := e.Wait(ctx(t)); !errors.Is(err, client.ErrClosed) {
+			t.Errorf("Wait after Close: %v, want ErrClosed", err)
+		}
+		if n := env.cnc.NumSubscriptions(); n != subs {
+			t.Errorf("%d subscriptions after Close, want %d", n, subs)
+		}
+		env.worker.take().ack()
+		goleak.VerifyNone(t, before)
+	})
+
+	t.Run("Close on the stream path is idempotent, stops the reader and deletes the consumer", func(t *testing.T) {
+		env := stream
 		// A first execution makes the connection start its own
 		// goroutines (the request subscription), which live as long
 		// as it does.
@@ -296,6 +332,7 @@ func TestClose(t *testing.T) {
 	})
 
 	t.Run("an execution that ends deletes its consumer without Close", func(t *testing.T) {
+		env := stream
 		e, err := env.client.Submit(ctx(t), wire.Job{Sandbox: sandbox, Script: "pass"})
 		if err != nil {
 			t.Fatal(err)
@@ -387,4 +424,69 @@ func TestEventsSurviveAServerRestart(t *testing.T) {
 	if res.Stdout != "before\nafter\n" || !res.Success {
 		t.Errorf("Wait = %+v, want every event once", res)
 	}
+}
+
+// TestFastPathHandsOverToTheStream checks the two paths of an execution's
+// events (see Execution): whatever made the execution leave the fast path,
+// every event arrives once and in order.
+func TestFastPathHandsOverToTheStream(t *testing.T) {
+	texts := func(evs []*wire.Event) string {
+		var b strings.Builder
+		for _, ev := range evs {
+			fmt.Fprintf(&b, "%d:%s%s ", ev.Seq, ev.Type, strings.TrimSpace(ev.Text))
+		}
+		return b.String()
+	}
+
+	t.Run("events published before the subscription are read from the stream", func(t *testing.T) {
+		env := newEnv(t, client.Config{})
+		// The first events of the execution are in the stream before the agent
+		// subscribes (as for a job that a worker took before): the fast path sees
+		// seq 3 first, misses 1 and 2, and hands over.
+		early := &delivery{w: env.worker, job: &wire.Job{ExecutionID: "exec-early", Sandbox: sandbox}, contentType: wire.ContentTypeMsgpack, attempt: 1}
+		early.emit(wire.Event{Type: wire.EventStarted}, wire.Event{Type: wire.EventStdout, Text: "one"})
+		e := submit(t, env.client, wire.Job{ExecutionID: "exec-early", Sandbox: sandbox, Script: "pass"})
+		d := env.worker.take()
+		d.seq = early.seq
+		d.emit(wire.Event{Type: wire.EventStdout, Text: "two"}, wire.Event{Type: wire.EventScriptDone, Success: true})
+		d.ack()
+		if got, want := texts(collect(t, e)), "1:started 2:stdoutone 3:stdouttwo 4:script_done "; got != want {
+			t.Errorf("events %q, want %q", got, want)
+		}
+		if res, err := e.Wait(ctx(t)); err != nil || res.Stdout != "onetwo" {
+			t.Errorf("Wait = %+v, %v; want stdout onetwo", res, err)
+		}
+	})
+
+	t.Run("an execution longer than the live window goes on from the stream", func(t *testing.T) {
+		env := newEnv(t, client.Config{LiveWindow: 100 * time.Millisecond})
+		e := submit(t, env.client, wire.Job{Sandbox: sandbox, Script: "pass"})
+		d := env.worker.take()
+		d.emit(wire.Event{Type: wire.EventStarted}, wire.Event{Type: wire.EventStdout, Text: "early"})
+		var first []*wire.Event
+		for range 2 {
+			select {
+			case ev := <-e.Events():
+				first = append(first, ev)
+			case <-ctx(t).Done():
+				t.Fatal("no event on the fast path")
+			}
+		}
+		// Only a consumer on the events stream shows that the execution moved.
+		deadline := time.Now().Add(testTimeout)
+		for {
+			if _, consumers := streamState(t, env.js, wire.StreamEvents); consumers == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the execution never moved to the events stream")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		d.emit(wire.Event{Type: wire.EventStdout, Text: "late"}, wire.Event{Type: wire.EventScriptDone, Success: true})
+		d.ack()
+		if got, want := texts(append(first, collect(t, e)...)), "1:started 2:stdoutearly 3:stdoutlate 4:script_done "; got != want {
+			t.Errorf("events %q, want %q", got, want)
+		}
+	})
 }

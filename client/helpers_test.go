@@ -135,6 +135,7 @@ type env struct {
 	js     jetstream.JetStream // the fake worker's
 	nc     *nats.Conn          // the fake worker's
 	client *client.Client
+	cnc    *nats.Conn // the client's
 	worker *fakeWorker
 }
 
@@ -157,7 +158,7 @@ func newEnvOn(t *testing.T, srv *server.Server, cfg client.Config, opts ...nats.
 	if err != nil {
 		t.Fatalf("client.New: %v", err)
 	}
-	return &env{srv: srv, js: js, nc: wnc, client: c, worker: newFakeWorker(t, js)}
+	return &env{srv: srv, js: js, nc: wnc, client: c, cnc: cfg.Conn, worker: newFakeWorker(t, js)}
 }
 
 func ctx(t *testing.T) context.Context {

@@ -224,11 +224,23 @@ func (c *Conn) Ping(ctx context.Context) error {
 }
 
 // Reset asks the harness to kill what earlier executions left and wipe the workspace
-// and temporary directory, and waits for reset_done.
+// and temporary directory, and waits for reset_done. The harness does the same on its
+// own after every execute; see [Conn.AwaitReset].
 func (c *Conn) Reset(ctx context.Context) error {
 	if err := c.write(request{Type: "reset"}); err != nil {
 		return err
 	}
+	if _, err := c.await(ctx, EventResetDone); err != nil {
+		return fmt.Errorf("wait for harness reset_done: %w", err)
+	}
+	return nil
+}
+
+// AwaitReset waits for the reset_done with which the harness ends every execute, after
+// the script_done: by then it has killed what the execution left, wiped the workspace
+// and temporary directory, and warmed up the next child, as for a [Conn.Reset]. Call it
+// once after each [Executor.Run] that ended with a script_done.
+func (c *Conn) AwaitReset(ctx context.Context) error {
 	if _, err := c.await(ctx, EventResetDone); err != nil {
 		return fmt.Errorf("wait for harness reset_done: %w", err)
 	}

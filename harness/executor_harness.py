@@ -15,7 +15,6 @@ events and output reach it through pipes and it stamps each with the execution i
 Standard library only; Python 3.11+.
 """
 
-import asyncio
 import codecs
 import ctypes
 import errno
@@ -131,6 +130,8 @@ def _make_sync(fn):
     is created on first use in each child (threads do not survive fork).
     """
 
+    import asyncio  # here, not at the top: 4 MB that every fork would copy, for async tools only
+
     @functools.wraps(fn)
     def call(*args, **kwargs):
         loop = _tool_loop()
@@ -147,6 +148,8 @@ _loop_lock = threading.Lock()
 def _tool_loop():
     with _loop_lock:
         if _loop_state["pid"] != os.getpid():
+            import asyncio  # imported already by _make_sync: a dict lookup
+
             loop = asyncio.new_event_loop()
             t = threading.Thread(target=loop.run_forever, name="jazzmine-tool-loop", daemon=True)
             t.start()
@@ -236,7 +239,8 @@ def _helpers(io_, mode):
     return {"emit_result": emit_result, "emit_intermediate": emit_intermediate, "emit_log": emit_log}
 
 
-_HIDDEN_FRAMES = (os.path.abspath(__file__), os.path.dirname(asyncio.__file__), os.path.dirname(os.path.dirname(asyncio.__file__)) + "/concurrent/")
+_STDLIB = os.path.dirname(os.__file__)
+_HIDDEN_FRAMES = (os.path.abspath(__file__), os.path.join(_STDLIB, "asyncio"), os.path.join(_STDLIB, "concurrent") + "/")
 
 
 def _script_traceback(e):
@@ -608,19 +612,25 @@ class Harness:
         kind = req.get("type")
         if kind == "execute":
             self._execute(req)
+            # Every execute ends with the reset the host would ask for, unasked: the host
+            # lends the container again at this reset_done without a round trip of its own.
+            self._reset_done()
         elif kind == "reset":
             self._reset()
-            if self.warm is None:
-                self.warm = self._fork()
-            # reset_done means ready: the next execute finds a warmed-up child.
-            self._await_warm(self.warm, WARM_WAIT)
-            self.out.send({"type": "reset_done"})
+            self._reset_done()
         elif kind == "ping":
             self.out.send({"type": "pong", "version": HARNESS_VERSION})
         elif kind == "cancel":
             pass  # nothing is running: a late cancel is harmless
         else:
             self.out.send({"type": "log", "level": "warning", "message": "harness: unknown request type %r" % (kind,)})
+
+    def _reset_done(self):
+        if self.warm is None:
+            self.warm = self._fork()
+        # reset_done means ready: the next execute finds a warmed-up child.
+        self._await_warm(self.warm, WARM_WAIT)
+        self.out.send({"type": "reset_done"})
 
     def _await_warm(self, child, timeout):
         """Waits until child has warmed up, at most timeout seconds."""
@@ -700,6 +710,7 @@ class Harness:
         run.supervise(child)
         run.done(started, child)
         self._after_execution(child)
+        self._reset()
         self.warm = self._fork()
 
     def _dispatch(self, child, req):
@@ -722,8 +733,6 @@ class Harness:
             self._reap(child.pid)
         self._reap()
         self._kill_descendants()
-        _wipe(WORKSPACE)
-        _wipe(TMPDIR)
 
     def _kill_group(self, pgid):
         try:
@@ -779,7 +788,9 @@ class Harness:
         me, uid = os.getpid(), os.getuid()
         keep = {1, me, self.warm.pid if self.warm else None}
         for _ in range(1000):
-            others = [p for p in _proc_pids() if p not in keep and _uid_of(p) == uid and not _is_zombie(p)]
+            others = [p for p in _proc_pids() if p not in keep]
+            if others:  # the common case, nothing left, costs one listdir
+                others = [p for p in others if _uid_of(p) == uid and not _is_zombie(p)]
             if not others:
                 break
             for p in others:

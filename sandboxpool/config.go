@@ -187,6 +187,13 @@ type Config struct {
 	Executor *harness.Executor
 	// ResetTimeout bounds a reset on return; zero means DefaultResetTimeout.
 	ResetTimeout time.Duration
+
+	// ResetOnReturn sends the harness an explicit reset request when a container comes
+	// back, and lends it again at the answer. Off, the pool waits for the reset_done
+	// the harness sends unasked after every execute: the same reset, without a round
+	// trip through Docker (measured: about 1.4 ms of CPU per job less, fork included
+	// either way). It exists to measure that difference.
+	ResetOnReturn bool
 	// HealthInterval is how often idle containers are pinged; zero means
 	// DefaultHealthInterval.
 	HealthInterval time.Duration

@@ -15,6 +15,7 @@ type Lease struct {
 	c      *ctr
 	once   sync.Once
 	retire string
+	ran    bool // Run sent an execute: the harness ends it with a reset_done
 }
 
 // ContainerID is the container's short id.
@@ -54,6 +55,7 @@ func (l *Lease) Run(ctx context.Context, req harness.Request, on harness.EventFu
 		}
 		return on(ctx, ev)
 	}
+	l.ran = true
 	res, err := l.p.exe.Run(ctx, l.c.conn, req, wrapped)
 	if res == nil {
 		return res, err
@@ -77,5 +79,5 @@ func (l *Lease) Run(ctx context.Context, req harness.Request, on harness.EventFu
 // with Retire, has reached MaxUses, or the pool is closing. It does not block on the
 // reset. Calls after the first do nothing.
 func (l *Lease) Release() {
-	l.once.Do(func() { l.p.release(l.c, l.retire) })
+	l.once.Do(func() { l.p.release(l.c, l.retire, l.ran) })
 }

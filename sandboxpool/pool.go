@@ -476,8 +476,9 @@ func (p *Pool) tendLocked(c *ctr, op func(context.Context) error, reason, failur
 }
 
 // release returns a lent container: retired if reason is set, the container is worn
-// out, or the pool is closing; otherwise reset and offered again.
-func (p *Pool) release(c *ctr, reason string) {
+// out, or the pool is closing; otherwise offered again once the harness has reset
+// (after an execute) or at once (when nothing ran).
+func (p *Pool) release(c *ctr, reason string, ran bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c.state == stateGone {
@@ -499,8 +500,16 @@ func (p *Pool) release(c *ctr, reason string) {
 		return
 	}
 	sb.inUse--
-	c.state = stateReturning
-	p.tendLocked(c, c.conn.Reset, RetireResetFailed, "reset failed")
+	switch {
+	case !ran:
+		p.offerLocked(c)
+	case p.cfg.ResetOnReturn:
+		c.state = stateReturning
+		p.tendLocked(c, c.conn.Reset, RetireResetFailed, "reset failed")
+	default:
+		c.state = stateReturning
+		p.tendLocked(c, c.conn.AwaitReset, RetireResetFailed, "reset failed")
+	}
 }
 
 // Close stops the pool: waiting callers get ErrClosed, and every container is

@@ -2,15 +2,24 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	dockerclient "github.com/moby/moby/client"
+
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -94,6 +103,7 @@ func BenchmarkThroughput(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
 			testenv.ReportLatency(b, "", lat)
+			testenv.Record(b, "", lat, map[string]float64{"jobs_per_s": float64(b.N) / elapsed.Seconds(), "agents": float64(agents)})
 		})
 	}
 }
@@ -205,4 +215,102 @@ func BenchmarkTracingCost(b *testing.B) {
 		b.ReportMetric(float64(mOn.Microseconds())/1000, "on-median-ms")
 		b.ReportMetric(float64(mOn)/float64(mOff), "on/off")
 	}
+}
+
+// BenchmarkMemory starts `worker serve` as its own process with two sandboxes of two
+// warm containers each, against the test's NATS server, runs jobs on both, and reports
+// the worker's resident size and each idle container's memory (Docker's stats: the
+// cgroup's usage, and its anonymous memory). Run it with -benchtime 1x.
+func BenchmarkMemory(b *testing.B) {
+	srv, nc := testenv.NATS(b)
+	tools := filepath.Join(testenv.RepoRoot(), "examples", "tools", "*.py")
+	cfg := filepath.Join(b.TempDir(), "config.yaml")
+	sandbox := fmt.Sprintf("{tools: [%q], pool: {size: 2, max_overflow: 0}}", tools)
+	if err := os.WriteFile(cfg, []byte("sandboxes:\n  default: "+sandbox+"\n  second: "+sandbox+"\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	id := fmt.Sprintf("bench-memory-%d", time.Now().UnixNano())
+	proc := startProcess(b, cfg, srv.ClientURL(), id)
+	c := newClient(b, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, sb := range []string{"default", "second"} {
+		// The worker builds the images it lacks, then creates the consumers.
+		for {
+			if _, err := js.Consumer(ctx, wire.StreamExec, wire.ConsumerName(sb)); err == nil {
+				break
+			}
+			if ctx.Err() != nil || proc.cmd.ProcessState != nil {
+				b.Fatalf("the worker never served sandbox %s:\n%s", sb, proc.log.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for range 200 {
+			res, err := c.Run(ctx, wire.Job{Sandbox: sb, Script: trivial})
+			if err != nil || !res.Success {
+				b.Fatalf("run on %s: %v %+v", sb, err, res)
+			}
+		}
+	}
+	time.Sleep(2 * time.Second) // returned containers reset, the worker settles
+	b.ResetTimer()
+	values := map[string]float64{"worker_rss_mb": float64(rssKB(b, proc.cmd.Process.Pid)) / 1024}
+	ids := containersOf(b, id)
+	if len(ids) != 4 {
+		b.Fatalf("worker %s has %d containers, want 4", id, len(ids))
+	}
+	var usage, anon float64
+	for i, cid := range ids {
+		u, a := containerMemory(b, cid)
+		values[fmt.Sprintf("container_%d_usage_mb", i+1)], values[fmt.Sprintf("container_%d_anon_mb", i+1)] = u, a
+		usage, anon = usage+u, anon+a
+	}
+	values["container_mean_usage_mb"], values["container_mean_anon_mb"] = usage/4, anon/4
+	b.StopTimer()
+	for k, v := range values {
+		b.ReportMetric(v, strings.ReplaceAll(k, "_", "-"))
+	}
+	testenv.Record(b, "", nil, values)
+}
+
+// rssKB is VmRSS of process pid, in KiB.
+func rssKB(b *testing.B, pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb
+		}
+	}
+	b.Fatal("no VmRSS in /proc/<pid>/status")
+	return 0
+}
+
+// containerMemory is a container's memory from Docker's stats, in MiB: the cgroup's
+// usage (page cache included) and its anonymous memory (rss on cgroup v1, anon on v2).
+func containerMemory(b *testing.B, id string) (usage, anon float64) {
+	res, err := testenv.Docker(b).ContainerStats(context.Background(), id, dockerclient.ContainerStatsOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer res.Body.Close()
+	var st container.StatsResponse
+	if err := json.NewDecoder(res.Body).Decode(&st); err != nil {
+		b.Fatal(err)
+	}
+	a, ok := st.MemoryStats.Stats["rss"]
+	if !ok {
+		a = st.MemoryStats.Stats["anon"]
+	}
+	return float64(st.MemoryStats.Usage) / (1 << 20), float64(a) / (1 << 20)
 }

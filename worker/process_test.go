@@ -56,7 +56,7 @@ type workerProcess struct {
 }
 
 // startProcess starts `worker serve` with the config against the NATS server at url.
-func startProcess(t *testing.T, config, url, id string) *workerProcess {
+func startProcess(t testing.TB, config, url, id string) *workerProcess {
 	t.Helper()
 	log := &syncWriter{w: &bytes.Buffer{}}
 	cmd := exec.Command(workerBinary(t), "serve", "--config", config, "--worker-id", id, "--log-level", "debug", "--metrics-addr", "127.0.0.1:0")
@@ -125,7 +125,7 @@ func removeContainersOf(t testing.TB, workerID string) {
 }
 
 // writeConfig writes a config with the example sandbox and fast failure detection.
-func writeConfig(t *testing.T, extra string) string {
+func writeConfig(t testing.TB, extra string) string {
 	t.Helper()
 	tools := filepath.Join(testenv.RepoRoot(), "examples", "tools", "*.py")
 	cfg := fmt.Sprintf(`worker:

@@ -222,6 +222,13 @@ class ProtocolTest(unittest.TestCase):
         self.h.send(type="reset")
         self.assertEqual(self.h.read()["type"], "reset_done")
 
+    def test_every_execute_ends_with_reset_done_unasked(self):
+        for i in range(2):
+            self.h.send(type="execute", execution_id="e%d" % i, script="open('left', 'w').write('x')\nemit_result(1)", timeout=5)
+            self.assertEqual(self.h.until("script_done")[-1]["execution_id"], "e%d" % i)
+            self.assertEqual(self.h.read()["type"], "reset_done")
+            self.assertEqual(os.listdir(self.h.workspace), [], "the workspace is wiped before reset_done")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -155,15 +155,28 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// ReportLatency reports the median and p99 of lat as benchmark metrics, in ms.
+// ReportLatency reports the median, p90, p99 and max of lat as metrics of b, each
+// name prefixed, and records the samples for the report (see Record) under the
+// benchmark's name and prefix.
 func ReportLatency(b *testing.B, prefix string, lat []time.Duration) {
 	if len(lat) == 0 {
 		return
 	}
+	lat = slices.Clone(lat)
 	slices.Sort(lat)
-	at := func(q float64) float64 {
-		return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Nanoseconds()) / 1e6
+	for _, q := range []struct {
+		name string
+		at   float64
+	}{{"median", 0.5}, {"p90", 0.9}, {"p99", 0.99}, {"max", 1}} {
+		b.ReportMetric(float64(Quantile(lat, q.at).Nanoseconds())/1e6, prefix+q.name+"-ms")
 	}
-	b.ReportMetric(at(0.5), prefix+"median-ms")
-	b.ReportMetric(at(0.99), prefix+"p99-ms")
+	Record(b, prefix, lat, nil)
+}
+
+// Quantile is the q quantile (0 to 1) of sorted samples, by the nearest rank.
+func Quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
 }
