@@ -56,6 +56,22 @@ run: base-image build ## Run the worker with the example config and the embedded
 demo: base-image build ## Build what is needed, start a worker, submit example jobs, show their events, stop
 	./examples/demo.sh
 
+BENCH_OUT   ?= bench-out
+BENCH        = JAZZMINE_BENCH_OUT=$(abspath $(BENCH_OUT)) $(GO) test -run '^$$' -count 1
+
+.PHONY: bench
+bench: base-image ## Measure latency, throughput, pool, memory and isolation side by side; write docs/BENCHMARKS.md and its plots
+	rm -rf $(BENCH_OUT) && mkdir -p $(BENCH_OUT)
+	$(BENCH) -bench 'AttachFloor|Isolation|Checkout' -benchtime 1000x ./sandboxpool/
+	$(BENCH) -bench 'Spawn' -benchtime 20x ./sandboxpool/
+	$(BENCH) -bench 'EndToEnd' -benchtime 2000x ./worker/
+	$(BENCH) -bench 'Throughput' -benchtime 2000x ./worker/
+	$(BENCH) -bench 'DockerExec' -benchtime 100x ./worker/
+	$(BENCH) -bench 'DockerRun' -benchtime 30x ./worker/
+	$(BENCH) -bench 'Memory' -benchtime 1x ./worker/
+	$(GO) run ./internal/benchreport -in $(BENCH_OUT) -out docs -command "make bench"
+	@echo "wrote docs/BENCHMARKS.md"
+
 .PHONY: bench-harness
 bench-harness: ## Benchmark one trivial execution through the executor and a local harness
 	$(GO) test -run '^$$' -bench . -benchtime 2000x -count 3 ./harness/

@@ -6,11 +6,18 @@ Protocol (one JSON object a line):
   harness -> host on stdout: ready, intermediate, log, stdout, stderr, final_result,
                              error, script_done, reset_done, pong
 
-The parent process (this one) never runs a script. Each execute runs in a forked child
-(a zygote forked ahead of the request) that starts its own session, so nothing a script
-does to modules, globals, threads, signal handlers or the working directory survives into
-the next execution. The parent is the only writer of the protocol stream: the child's
-events and output reach it through pipes and it stamps each with the execution id.
+Three kinds of process:
+  - the harness (this one): speaks the protocol and supervises; never runs a script and,
+    once started, never forks;
+  - the zygote, forked once after the tools are loaded: it only forks children, so the
+    memory every child inherits stays as the harness left it (see _zygote_main);
+  - a child per execute, forked ahead of its request and warmed up, in its own session,
+    so nothing a script does to modules, globals, threads, signal handlers or the working
+    directory survives into the next execution.
+The harness is the only writer of the protocol stream: a child's events and output reach
+it through pipes and it stamps each with the execution id. After every execute it kills
+what the execution left, wipes the scratch directories, has the next child forked and
+warmed up, and says reset_done, unasked: the host lends the container again then.
 
 Standard library only; Python 3.11+.
 """
@@ -29,7 +36,9 @@ import os
 import select
 import shutil
 import signal
+import socket
 import stat
+import struct
 import sys
 import threading
 import time
@@ -58,8 +67,12 @@ DEFAULT_MAX_OUTPUT = 1 << 20
 # Events a child may send; anything else from the child pipe is dropped.
 CHILD_EVENT_TYPES = ("intermediate", "log", "final_result", "error")
 
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
+
+# Seconds to wait for the zygote to report a killed child's end.
+REAP_WAIT = 5.0
 
 
 def _env_flag(name):
@@ -372,19 +385,180 @@ def _run_script(io_, req, tools):
 # The parent.
 
 
+# The zygote's messages to the harness: a kind, a pid and a wait status.
+_ZMSG = struct.Struct("=cii")
+
+
+def _zygote_main(sock, tools):
+    """The zygote: forks the children, and reports how each ended. Never returns.
+
+    It runs nothing but this loop, so its memory stays as the harness left it when it
+    forked the zygote. A fork copies no page; it marks them copy-on-write in both
+    processes, and every page the forking process writes afterwards is copied, one
+    fault each (measured in a container here: ~270 faults, ~1.5 ms of CPU, per
+    execution when the harness forked its children itself). This loop writes to a
+    handful of pages; the harness, which never forks again, to none it shares."""
+    code = 0
+    try:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the harness gone, so are we
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)  # never the protocol stream
+        os.close(null)
+        wake_r, wake_w = os.pipe()
+        _nonblock(wake_r)
+        _nonblock(wake_w)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        while True:
+            ready = select.select([sock, wake_r], [], [])[0]
+            if wake_r in ready:
+                try:
+                    os.read(wake_r, 512)
+                except BlockingIOError:
+                    pass
+                while True:
+                    try:
+                        pid, status = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        break
+                    if pid == 0:
+                        break
+                    sock.send(_ZMSG.pack(b"X", pid, status))
+            if sock in ready:
+                msg, fds, _, _ = socket.recv_fds(sock, 16, 4)
+                if not msg:
+                    break  # the harness closed its end
+                pid = os.fork()
+                if pid == 0:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    for fd in (wake_r, wake_w, sock.fileno()):
+                        os.close(fd)
+                    _child_main(*fds, tools)
+                for fd in fds:
+                    os.close(fd)
+                sock.send(_ZMSG.pack(b"P", pid, 0))
+    except BaseException:  # noqa: the zygote must always exit through os._exit
+        try:
+            os.write(2, traceback.format_exc().encode())
+        except OSError:
+            pass
+        code = 70
+    os._exit(code)
+
+
+class Zygote:
+    """The harness's side of the zygote: asks it for children, learns how they ended.
+
+    The children are the zygote's, not the harness's: the zygote reaps them and sends
+    each wait status. What a child leaves behind is reparented to the harness, the
+    subreaper, which kills it."""
+
+    def __init__(self, tools):
+        self.tools = tools
+        self.sock = None
+        self.pid = None
+        self.ended = {}  # pid -> wait status, reported but not yet claimed
+        self.start()
+
+    def start(self):
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            mine.close()
+            _zygote_main(theirs, self.tools)
+        theirs.close()
+        self.sock, self.pid = mine, pid
+
+    def stop(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (OSError, ChildProcessError):
+                pass
+            self.pid = None
+
+    def fileno(self):
+        return self.sock.fileno()
+
+    def fork(self, fds):
+        """Has the zygote fork a child with fds (its request, event, stdout and stderr
+        pipe ends). Restarts a zygote that died (a script may kill it) once."""
+        for attempt in (0, 1):
+            try:
+                socket.send_fds(self.sock, [b"F"], fds)
+                while True:
+                    kind, pid, status = self._recv(None)
+                    if kind == b"P":
+                        return pid
+            except OSError:
+                if attempt:
+                    raise
+                self.stop()
+                self.start()
+
+    def _recv(self, timeout):
+        """One message; (None, 0, 0) on timeout. Raises OSError if the zygote is gone."""
+        if timeout is not None and not select.select([self.sock], [], [], timeout)[0]:
+            return None, 0, 0
+        data = self.sock.recv(_ZMSG.size)
+        if not data:
+            raise ConnectionResetError("zygote gone")
+        kind, pid, status = _ZMSG.unpack(data)
+        if kind == b"X":
+            self.ended[pid] = status
+        return kind, pid, status
+
+    def pump(self):
+        """Takes in what the zygote reported, without blocking. False if it is gone."""
+        try:
+            while self._recv(0)[0] is not None:
+                pass
+        except OSError:
+            return False
+        return True
+
+    def wait(self, pid, timeout=REAP_WAIT):
+        """The wait status of child pid once it has ended and been reaped, or None."""
+        deadline = time.monotonic() + timeout
+        while pid not in self.ended:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                self._recv(left)
+            except OSError:
+                # The zygote died: its children are ours now (we are the subreaper).
+                return self._wait_orphan(pid, deadline)
+        return self.ended.pop(pid)
+
+    def _wait_orphan(self, pid, deadline):
+        while time.monotonic() < deadline:
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+                if got == pid:
+                    return status
+            except ChildProcessError:
+                if not os.path.exists("/proc/%d" % pid):
+                    return None
+            time.sleep(0.001)
+        return None
+
+
 class Child:
     """A forked zygote, waiting for its request or running it."""
 
-    def __init__(self, pid, req_w, ev_r, out_r, err_r):
+    def __init__(self, pid, req_w, ev_r, out_r, err_r, zygote):
         self.pid = pid
         self.req_w = req_w
         self.fds = {"event": ev_r, "stdout": out_r, "stderr": err_r}
-        self.pidfd = None
-        try:
-            self.pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            pass
-        self.status = None  # waitpid status once reaped
+        self.zygote = zygote
+        self.status = None  # wait status once reaped
         self.evbuf = b""  # event bytes read but not yet parsed
         self.is_warm = False
         # Prepared here, at fork time, off the critical path of the execution.
@@ -393,18 +567,23 @@ class Child:
         for name, fd in self.fds.items():
             self.poll.register(fd, select.POLLIN)
             self.names[fd] = name
-        if self.pidfd is not None:
-            self.poll.register(self.pidfd, select.POLLIN)
-            self.names[self.pidfd] = "exit"
+        self.poll.register(zygote.fileno(), select.POLLIN)
+        self.names[zygote.fileno()] = "zygote"
+
+    def ended(self):
+        """Whether the zygote has reported the child's end (it sets status)."""
+        if self.status is None and self.pid in self.zygote.ended:
+            self.status = self.zygote.ended.pop(self.pid)
+        return self.status is not None
 
     def close(self):
-        for fd in [self.req_w, self.pidfd, *self.fds.values()]:
+        for fd in [self.req_w, *self.fds.values()]:
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.req_w = self.pidfd = None
+        self.req_w = None
         self.fds = {}
 
 
@@ -530,6 +709,7 @@ class Harness:
         self.tools = {}
         self.tool_errors = []
         self.warm = None  # the next child, forked ahead of its request
+        self.zygote = None
         # The cgroup's OOM-kill count when no script was running: a script killed by
         # SIGKILL while it rose ran out of memory. Read off the critical path.
         self.oom_kills = None
@@ -550,6 +730,7 @@ class Harness:
         self.oom_kills = _oom_kills()
         gc.collect()
         gc.freeze()  # the children never touch the parent's objects' GC headers
+        self.zygote = Zygote(self.tools)
         self.warm = self._fork()
         self.out.send(
             {
@@ -567,33 +748,14 @@ class Harness:
         ev_r, ev_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            for fd in (req_w, ev_r, out_r, err_r, self.in_fd):
+        try:
+            pid = self.zygote.fork([req_r, ev_w, out_w, err_w])
+        finally:
+            for fd in (req_r, ev_w, out_w, err_w):
                 os.close(fd)
-            _child_main(req_r, ev_w, out_w, err_w, self.tools)
-        for fd in (req_r, ev_w, out_w, err_w):
-            os.close(fd)
         for fd in (ev_r, out_r, err_r):
             _nonblock(fd)
-        child = Child(pid, req_w, ev_r, out_r, err_r)
-        self._warm_up()
-        return child
-
-    def _warm_up(self):
-        """A dry run of the parent's side of an execution, right after a fork.
-
-        After fork every page is shared copy-on-write with the child, so the first write
-        to each one (a refcount is enough) copies it. Measured here, that made the next
-        request's handling twice as slow; touching the same pages now moves the copying
-        off the critical path.
-        """
-        req = json.loads(_WARM_UP_REQUEST)
-        run = Run(self, "warm-up", req)
-        for ev in ({"type": "final_result", "data": {"a": [1]}}, {"type": "log", "level": "info", "message": "x"}):
-            _encoded_len(dict(ev, execution_id="warm-up"))
-        run.decoders["stdout"].decode(b"x")
-        json.loads(b'{"type":"final_result","data":1}')
+        return Child(pid, req_w, ev_r, out_r, err_r, self.zygote)
 
     # -- main loop --------------------------------------------------------------------
 
@@ -606,6 +768,7 @@ class Harness:
             self._handle(req)
         self._kill_child(self.warm)
         self.warm = None
+        self.zygote.stop()
         self._kill_leftovers()
 
     def _handle(self, req):
@@ -729,8 +892,8 @@ class Harness:
     def _after_execution(self, child):
         self._kill_group(child.pid)
         child.close()
-        if child.status is None:
-            self._reap(child.pid)
+        if not child.ended():
+            child.status = self.zygote.wait(child.pid)
         self._reap()
         self._kill_descendants()
 
@@ -749,14 +912,10 @@ class Harness:
         except OSError:
             pass
         child.close()
-        self._reap(child.pid)
+        if not child.ended():
+            child.status = self.zygote.wait(child.pid)
 
-    def _reap(self, wait_for=None):
-        if wait_for is not None:
-            try:
-                os.waitpid(wait_for, 0)
-            except ChildProcessError:
-                pass
+    def _reap(self):
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -786,7 +945,7 @@ class Harness:
         # Every other process of the PID namespace but us, PID 1 and the warm child:
         # catches anything that escaped our subtree, though subreaping should leave none.
         me, uid = os.getpid(), os.getuid()
-        keep = {1, me, self.warm.pid if self.warm else None}
+        keep = {1, me, self.zygote.pid, self.warm.pid if self.warm else None}
         for _ in range(1000):
             others = [p for p in _proc_pids() if p not in keep]
             if others:  # the common case, nothing left, costs one listdir
@@ -809,7 +968,7 @@ class Harness:
         Each killed child is waited for, so its own children have been reparented to us
         by the time the list is read again; the loop ends when the list is empty."""
         for _ in range(10000):
-            kids = [p for p in _children() if self.warm is None or p != self.warm.pid]
+            kids = [p for p in _children() if p != self.zygote.pid]
             if not kids:
                 return
             for p in kids:
@@ -918,19 +1077,23 @@ class Run:
             if wait <= 0:
                 self.killed = "timeout"
                 break
-            timeout_ms = min(wait, 0.25) if child.pidfd is None else wait
+            zygote_gone = "zygote" not in child.names.values()
+            timeout_ms = min(wait, 0.25) if zygote_gone else wait
             for fd, _ in poll.poll(max(1, int(timeout_ms * 1000))):
                 what = child.names.get(fd)
                 if what == "stdin":
                     self._stdin(child)
-                elif what == "exit":
-                    exited = True
+                elif what == "zygote":
+                    if not self.h.zygote.pump():  # a script killed it: poll for the end
+                        poll.unregister(fd)
+                        del child.names[fd]
+                    exited = child.ended()
                 elif what == "event":
                     self._read_events(child)
                 elif what is not None:
                     self._read_text(child, what)
-            if child.pidfd is None and not exited:
-                exited = self._poll_exit(child)
+            if zygote_gone and not exited:
+                exited = self._orphan_ended(child)
             if self.over_limit and self.killed is None:
                 self.killed = "output_limit"
         # Stop everything of this execution, then relay what was already written.
@@ -1072,25 +1235,21 @@ class Run:
             return  # one result and one error per execution
         self.emit_limited(clean)
 
-    def _poll_exit(self, child):
+    def _orphan_ended(self, child):
+        """Whether a child whose zygote died has ended: it is ours to reap by now."""
         try:
             pid, status = os.waitpid(child.pid, os.WNOHANG)
         except ChildProcessError:
-            return True
+            return not os.path.exists("/proc/%d" % child.pid)
         if pid == child.pid:
             child.status = status
             return True
         return False
 
     def _wait(self, child):
-        if child.status is not None:
-            return child.status
-        try:
-            _, status = os.waitpid(child.pid, 0)
-        except ChildProcessError:
-            status = None
-        child.status = status
-        return status
+        if not child.ended():
+            child.status = self.h.zygote.wait(child.pid)
+        return child.status
 
     def _conclude(self, child, status):
         code = sig = None

@@ -278,9 +278,13 @@ func TestHostileScriptsEndInAnErrorAndTheHarnessLives(t *testing.T) {
 	}
 }
 
+// harnessPID is Python for the harness's pid, seen from a script: the parent of its
+// parent, the zygote.
+const harnessPID = "int(open('/proc/%d/stat' % os.getppid()).read().rsplit(')', 1)[1].split()[1])"
+
 func TestKillingTheHarnessEndsTheExecutionAtOnce(t *testing.T) {
 	h := startHarness(t, nil)
-	res, rec := h.exec(t, "parricide", "import os\nos.kill(os.getppid(), 9)\nimport time\ntime.sleep(60)", timeout(60*time.Second))
+	res, rec := h.exec(t, "parricide", "import os\nos.kill("+harnessPID+", 9)\nimport time\ntime.sleep(60)", timeout(60*time.Second))
 	// Waiting for the 60 s timeout would have ended in a timeout error instead.
 	if res.Success || res.Error != ErrStdoutClosed || res.ErrorKind != KindCrashed || res.Reusable {
 		t.Errorf("result: %q (%s) reusable=%v, want %q, not reusable", res.Error, res.ErrorKind, res.Reusable, ErrStdoutClosed)
@@ -374,4 +378,22 @@ func TestResetWipesTheWorkspace(t *testing.T) {
 	if !res.Success {
 		t.Errorf("execution after reset: %s", res.Error)
 	}
+}
+
+// TestKillingTheZygoteCostsNothing: the script's parent is the zygote, which a script
+// may kill (same uid). The script goes on to its result, and the harness forks the
+// next executions from a new zygote.
+func TestKillingTheZygoteCostsNothing(t *testing.T) {
+	h := startHarness(t, nil)
+	res, _ := h.exec(t, "zygote-killer", "import os\nos.kill(os.getppid(), 9)\nimport time\ntime.sleep(0.1)\nemit_result(os.getppid())")
+	if !res.Success {
+		t.Fatalf("result: %q (%s), want success", res.Error, res.ErrorKind)
+	}
+	for i := range 3 {
+		res, _ := h.exec(t, fmt.Sprintf("after-%d", i), "import os\nemit_result(os.getppid())")
+		if !res.Success || !res.Reusable {
+			t.Fatalf("execution %d after the zygote was killed: %q (%s) reusable=%v", i, res.Error, res.ErrorKind, res.Reusable)
+		}
+	}
+	h.mustPing(t)
 }

@@ -43,21 +43,31 @@ import (
 
 const trivial = "emit_result(1)"
 
+// callGap is the pause, untimed, between one agent's calls in the latency benchmarks:
+// an agent thinks between tool calls, and the harness uses such a pause to fork and
+// warm up the next child. Back to back, one agent's calls measure throughput instead:
+// BenchmarkThroughput with agents=1.
+const callGap = 5 * time.Millisecond
+
+// BenchmarkEndToEnd runs with the default pool size (2), with containers recycled at
+// the default max uses (50) and never.
 func BenchmarkEndToEnd(b *testing.B) {
-	for _, pool := range []int{2, 4} {
-		b.Run(fmt.Sprintf("pool=%d", pool), func(b *testing.B) { endToEnd(b, pool) })
-	}
+	b.Run("pool=2", func(b *testing.B) { endToEnd(b, 2, benchMaxUses) })
+	b.Run("pool=2-no-recycling", func(b *testing.B) { endToEnd(b, 2, 1<<30) })
 }
 
-func endToEnd(b *testing.B, pool int) {
+func endToEnd(b *testing.B, pool, maxUses int) {
 	_, nc := testenv.NATS(b)
-	startWorker(b, nc, pool, 0, nil)
+	startWorkerWith(b, nc, pool, 0, maxUses, nil)
 	c := newClient(b, nc)
 	ctx := context.Background()
 	run(b, ctx, c, 3) // warm up
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
+		b.StopTimer()
+		time.Sleep(callGap)
+		b.StartTimer()
 		t0 := time.Now()
 		run(b, ctx, c, 1)
 		lat = append(lat, time.Since(t0))

@@ -24,13 +24,19 @@ import (
 // left.
 func startWorker(t testing.TB, nc *nats.Conn, poolSize, overflow int, tweak func(*worker.Config)) *worker.Worker {
 	t.Helper()
+	return startWorkerWith(t, nc, poolSize, overflow, benchMaxUses, tweak)
+}
+
+// startWorkerWith is startWorker with the containers' MaxUses (0: the default).
+func startWorkerWith(t testing.TB, nc *nats.Conn, poolSize, overflow, maxUses int, tweak func(*worker.Config)) *worker.Worker {
+	t.Helper()
 	img := testenv.SandboxImage(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := fmt.Sprintf("test-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
-	sb := sandboxpool.Sandbox{Name: "default", Image: img.Tag, Checksum: img.Checksum, PoolSize: poolSize, MaxOverflow: overflow, MaxUses: benchMaxUses}
+	sb := sandboxpool.Sandbox{Name: "default", Image: img.Tag, Checksum: img.Checksum, PoolSize: poolSize, MaxOverflow: overflow, MaxUses: maxUses}
 	pool, err := sandboxpool.New(sandboxpool.Config{
 		Docker: testenv.Docker(t), WorkerID: id, Sandboxes: []sandboxpool.Sandbox{sb}, WorkerAlive: worker.WorkerAlive(js),
 	})

@@ -29,7 +29,7 @@ var hostileSuite = []hostile{
 	{name: "read another execution's Python state", script: "import json, builtins\njson.dumps = None\nbuiltins.planted = 1\nemit_result(True)",
 		probe: "import json, builtins\nemit_result(json.dumps([1]) == '[1]' and not hasattr(builtins, 'planted'))"},
 	{name: "leave a daemon behind (setsid, double fork)", script: "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(600)\n    os._exit(0)\ntime.sleep(0.2)\nemit_result(True)",
-		probe: "import os, sys\nmine = {os.getpid(), os.getppid()}\nothers = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in mine and int(p) != 1 and open('/proc/%s/stat' % p).read().split()[2] != 'Z']\nemit_result(others == [] or (print(others, [open('/proc/%s/cmdline' % p).read() for p in others]) and False))"},
+		probe: "import os, sys\nzygote = os.getppid()\nmine = {os.getpid(), zygote, int(open('/proc/%d/stat' % zygote).read().rsplit(')', 1)[1].split()[1])}\nothers = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in mine and int(p) != 1 and open('/proc/%s/stat' % p).read().split()[2] != 'Z']\nemit_result(others == [] or (print(others, [open('/proc/%s/cmdline' % p).read() for p in others]) and False))"},
 	{name: "write outside the workspace", script: "import os\nblocked = 0\nfor path in ('/etc/passwd', '/opt/jazzmine/executor_harness.py', '/tools/evil.py', '/usr/lib/python3.11/os.py', '/planted'):\n    try:\n        open(path, 'a').write('x')\n    except OSError:\n        blocked += 1\nemit_result(blocked == 5)"},
 	{name: "fill the workspace and /tmp", script: "import errno\nfull = 0\nfor d in ('/workspace', '/tmp'):\n    try:\n        with open(d + '/fill', 'wb') as f:\n            while True:\n                f.write(b'\\0' * (1 << 20))\n    except OSError as e:\n        full += e.errno == errno.ENOSPC\nemit_result(full == 2)",
 		probe: "open('/workspace/after', 'wb').write(b'\\0' * (32 << 20))\nemit_result(True)"},
@@ -47,7 +47,9 @@ var hostileSuite = []hostile{
 	{name: "print huge binary output", script: "import os\nwhile True:\n    os.write(1, os.urandom(1 << 16))", kind: wire.KindOutputLimit},
 	{name: "never yield to the interpreter", script: "import re\nre.match(r'(a+)+$', 'a' * 64 + 'b')", kind: wire.KindTimeout},
 	{name: "block the timeout signal", script: "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\nwhile True: pass", kind: wire.KindTimeout},
-	{name: "kill the harness", script: "import os\nos.kill(os.getppid(), 9)", kind: wire.KindCrashed},
+	// The script's parent is the zygote, whose parent is the harness.
+	{name: "kill the harness", script: "import os\nos.kill(int(open('/proc/%d/stat' % os.getppid()).read().rsplit(')', 1)[1].split()[1]), 9)", kind: wire.KindCrashed},
+	{name: "kill the zygote", script: "import os\nos.kill(os.getppid(), 9)\nemit_result(True)", probe: "emit_result(True)"},
 }
 
 // TestHostileScriptsChangeNothingForOthers runs every attempt of docs/SECURITY.md

@@ -1,0 +1,430 @@
+// Command benchreport turns the samples that make bench records (see
+// internal/testenv.Record) into docs/BENCHMARKS.md and its plots.
+//
+//	go run ./internal/benchreport -in bench-out -out docs
+//
+// It reads every *.json of -in, writes -out/BENCHMARKS.md and SVG plots under
+// -out/bench/, and says which of the project's performance aims the run met.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"image/color"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/jazzmine/worker/internal/testenv"
+)
+
+func main() {
+	in := flag.String("in", "bench-out", "directory of the recorded samples")
+	out := flag.String("out", "docs", "directory of BENCHMARKS.md; plots go to its bench/")
+	command := flag.String("command", "make bench", "the command that produced the samples, for the report")
+	flag.Parse()
+	if err := run(*in, *out, *command); err != nil {
+		fmt.Fprintln(os.Stderr, "benchreport:", err)
+		os.Exit(1)
+	}
+}
+
+// series is one recorded benchmark, its latencies sorted.
+type series struct {
+	testenv.Sample
+	lat []time.Duration
+}
+
+func (s *series) q(p float64) time.Duration { return testenv.Quantile(s.lat, p) }
+
+func load(dir string) (map[string]*series, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no samples in %s: run the benchmarks with %s=%s first", dir, testenv.BenchOutEnv, dir)
+	}
+	all := map[string]*series{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var s series
+		if err := json.Unmarshal(data, &s.Sample); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		for _, ns := range s.LatencyNS {
+			s.lat = append(s.lat, time.Duration(ns))
+		}
+		slices.Sort(s.lat)
+		all[s.Name] = &s
+	}
+	return all, nil
+}
+
+// report accumulates the markdown.
+type report struct {
+	b     strings.Builder
+	plots string // directory of the plots
+	aims  []aim
+}
+
+type aim struct {
+	what, want, got string
+	met             bool
+}
+
+func (r *report) p(format string, args ...any) { fmt.Fprintf(&r.b, format+"\n", args...) }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+func run(in, out, command string) error {
+	all, err := load(in)
+	if err != nil {
+		return err
+	}
+	r := &report{plots: filepath.Join(out, "bench")}
+	if err := os.MkdirAll(r.plots, 0o755); err != nil {
+		return err
+	}
+	sections := []func(map[string]*series) error{r.latency, r.throughput, r.pool, r.memory, r.isolation}
+	for _, f := range sections {
+		if err := f(all); err != nil {
+			return err
+		}
+	}
+	body := r.b.String()
+	r.b.Reset()
+	r.p("# Benchmarks")
+	r.p("")
+	r.p("Written by `%s` (`internal/benchreport` from the samples the benchmarks record); every number below comes from one run on the machine described here. The machine is shared and noisy: read medians and ratios, and the tails with care.", command)
+	r.p("")
+	r.machine()
+	r.summary() // the aims first: they are what a reader looks for
+	r.b.WriteString(body)
+	return os.WriteFile(filepath.Join(out, "BENCHMARKS.md"), []byte(r.b.String()), 0o644)
+}
+
+func (r *report) machine() {
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	dockerVersion, _ := exec.Command("docker", "version", "--format", "{{.Server.Version}} (API {{.Server.APIVersion}})").Output()
+	r.p("| machine | |")
+	r.p("|---|---|")
+	r.p("| date | %s |", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	r.p("| CPUs | %d |", runtime.NumCPU())
+	r.p("| kernel | %s |", strings.TrimSpace(string(kernel)))
+	r.p("| Docker engine | %s |", strings.TrimSpace(string(dockerVersion)))
+	r.p("| Go | %s |", runtime.Version())
+	r.p("")
+}
+
+// latencyRow is one way of running the trivial job.
+type latencyRow struct {
+	label, name string
+}
+
+func (r *report) latency(all map[string]*series) error {
+	rows := []latencyRow{
+		{"jazzmine worker: publish to script_done", "BenchmarkEndToEnd/pool=2"},
+		{"jazzmine worker, containers never recycled", "BenchmarkEndToEnd/pool=2-no-recycling"},
+		{"docker exec into a running container", "BenchmarkDockerExec"},
+		{"docker run --rm per call", "BenchmarkDockerRun"},
+		{"floor: one line through Docker's attach stream and back", "BenchmarkAttachFloor"},
+	}
+	r.p("## A trivial job, one agent")
+	r.p("")
+	r.p("`emit_result(1)`, one call at a time with 5 ms between calls (an agent thinks between tool calls; back to back, one agent is the first row of the throughput table). The worker's figure is the agent's: `client.Run` from publish to the `script_done` event, with the job through JetStream, a warm container and the harness's fork. `docker exec` and `docker run --rm` run `python3 -c 'print(1)'` in the same sandbox image.")
+	r.p("")
+	r.p("| how | runs | median | p90 | p99 | max | median vs the worker |")
+	r.p("|---|---|---|---|---|---|---|")
+	worker := all["BenchmarkEndToEnd/pool=2"]
+	var boxes []*series
+	var labels []string
+	for _, row := range rows {
+		s := all[row.name]
+		if s == nil || len(s.lat) == 0 {
+			continue
+		}
+		ratio := ""
+		if worker != nil && s != worker {
+			x := float64(s.q(0.5)) / float64(worker.q(0.5))
+			ratio = fmt.Sprintf("%.1f× slower", x)
+			if x < 1 {
+				ratio = fmt.Sprintf("%.2f× (%.1f× faster)", x, 1/x)
+			}
+		}
+		r.p("| %s | %d | %s | %s | %s | %s | %s |", row.label, len(s.lat), ms(s.q(0.5)), ms(s.q(0.9)), ms(s.q(0.99)), ms(s.q(1)), ratio)
+		boxes = append(boxes, s)
+		labels = append(labels, shortLabel(row.label))
+	}
+	r.p("")
+	if worker != nil {
+		r.aim("trivial job, one agent: median", "under 2 ms", ms(worker.q(0.5)), worker.q(0.5) < 2*time.Millisecond)
+		r.aim("trivial job, one agent: p99", "under 10 ms", ms(worker.q(0.99)), worker.q(0.99) < 10*time.Millisecond)
+		for _, cmp := range []struct {
+			name string
+			want float64
+		}{{"BenchmarkDockerRun", 100}, {"BenchmarkDockerExec", 20}} {
+			if s := all[cmp.name]; s != nil {
+				x := float64(s.q(0.5)) / float64(worker.q(0.5))
+				r.aim(fmt.Sprintf("median vs %s", strings.TrimPrefix(cmp.name, "Benchmark")), fmt.Sprintf("at least %.0f× faster", cmp.want), fmt.Sprintf("%.0f×", x), x >= cmp.want)
+			}
+		}
+	}
+	if len(boxes) > 0 {
+		file := "latency.svg"
+		if err := boxPlot(filepath.Join(r.plots, file), "A trivial job, one agent (log scale)", labels, boxes); err != nil {
+			return err
+		}
+		r.p("![latency of a trivial job, one agent](bench/%s)", file)
+		r.p("")
+		r.p("Boxes span the 25th to the 75th percentile with the median across; whiskers reach the 1st and 99th.")
+		r.p("")
+	}
+	return nil
+}
+
+func shortLabel(s string) string {
+	if i := strings.IndexAny(s, ":,"); i > 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func (r *report) throughput(all map[string]*series) error {
+	var pts []*series
+	for _, s := range all {
+		if strings.HasPrefix(s.Name, "BenchmarkThroughput/agents=") {
+			pts = append(pts, s)
+		}
+	}
+	if len(pts) == 0 {
+		return nil
+	}
+	slices.SortFunc(pts, func(a, b *series) int { return int(a.Values["agents"] - b.Values["agents"]) })
+	r.p("## Throughput as agents grow")
+	r.p("")
+	r.p("One worker with a pool of 4 warm containers; each agent submits the trivial job and waits for its result, again and again. Agents, worker and NATS share the machine's 2 cores.")
+	r.p("")
+	r.p("| agents | jobs | jobs/s | median | p90 | p99 | max |")
+	r.p("|---|---|---|---|---|---|---|")
+	rate, p50, p99 := plotter.XYs{}, plotter.XYs{}, plotter.XYs{}
+	for _, s := range pts {
+		a := s.Values["agents"]
+		r.p("| %.0f | %d | %.0f | %s | %s | %s | %s |", a, len(s.lat), s.Values["jobs_per_s"], ms(s.q(0.5)), ms(s.q(0.9)), ms(s.q(0.99)), ms(s.q(1)))
+		rate = append(rate, plotter.XY{X: a, Y: s.Values["jobs_per_s"]})
+		p50 = append(p50, plotter.XY{X: a, Y: float64(s.q(0.5).Microseconds()) / 1000})
+		p99 = append(p99, plotter.XY{X: a, Y: float64(s.q(0.99).Microseconds()) / 1000})
+		if a == 8 {
+			r.aim("throughput, 8 agents, pool of 4", "at least 300 jobs/s, no error", fmt.Sprintf("%.0f jobs/s, no error", s.Values["jobs_per_s"]), s.Values["jobs_per_s"] >= 300)
+		}
+	}
+	r.p("")
+	if err := linePlot(filepath.Join(r.plots, "throughput.svg"), "Throughput, pool of 4", "agents", "jobs/s", map[string]plotter.XYs{"jobs/s": rate}); err != nil {
+		return err
+	}
+	if err := linePlot(filepath.Join(r.plots, "throughput-latency.svg"), "Latency as agents grow, pool of 4", "agents", "ms", map[string]plotter.XYs{"median": p50, "p99": p99}); err != nil {
+		return err
+	}
+	r.p("![throughput](bench/throughput.svg) ![latency as agents grow](bench/throughput-latency.svg)")
+	r.p("")
+	return nil
+}
+
+func (r *report) pool(all map[string]*series) error {
+	rows := []latencyRow{
+		{"checkout of a warm container", "BenchmarkCheckout/checkout"},
+		{"release (the reset runs in the background)", "BenchmarkCheckout/release"},
+		{"cold spawn to ready: create, attach, start, the harness's ready line", "BenchmarkSpawn/spawn"},
+	}
+	r.p("## The pool")
+	r.p("")
+	r.p("| what | runs | median | p90 | p99 | max |")
+	r.p("|---|---|---|---|---|---|")
+	for _, row := range rows {
+		if s := all[row.name]; s != nil && len(s.lat) > 0 {
+			r.p("| %s | %d | %s | %s | %s | %s |", row.label, len(s.lat), us(s.q(0.5)), us(s.q(0.9)), us(s.q(0.99)), us(s.q(1)))
+		}
+	}
+	r.p("")
+	return nil
+}
+
+func us(d time.Duration) string {
+	if d < time.Millisecond {
+		return fmt.Sprintf("%.1f µs", float64(d.Nanoseconds())/1000)
+	}
+	return ms(d)
+}
+
+func (r *report) memory(all map[string]*series) error {
+	s := all["BenchmarkMemory"]
+	if s == nil {
+		return nil
+	}
+	v := s.Values
+	r.p("## Memory")
+	r.p("")
+	r.p("`worker serve` as its own process, against a separate NATS server, with two sandboxes of two warm containers each, after 200 jobs on each sandbox.")
+	r.p("")
+	r.p("| what | MiB |")
+	r.p("|---|---|")
+	r.p("| the worker's resident size (VmRSS) | %.1f |", v["worker_rss_mb"])
+	for i := 1; ; i++ {
+		u, ok := v[fmt.Sprintf("container_%d_usage_mb", i)]
+		if !ok {
+			break
+		}
+		r.p("| idle container %d: cgroup usage (page cache included) / anonymous | %.1f / %.1f |", i, u, v[fmt.Sprintf("container_%d_anon_mb", i)])
+	}
+	r.p("")
+	r.aim("worker resident memory, two sandboxes warm", "under 60 MB", fmt.Sprintf("%.1f MiB", v["worker_rss_mb"]), v["worker_rss_mb"]*1.048576 < 60)
+	return nil
+}
+
+func (r *report) isolation(all map[string]*series) error {
+	rows := []latencyRow{
+		{"fork per execution, reset after it (the default)", "BenchmarkIsolation/fork+reset"},
+		{"the same, with an explicit reset request on return", "BenchmarkIsolation/fork+reset-request"},
+		{"no isolation: one Python process runs every script", "BenchmarkIsolation/no-isolation"},
+	}
+	r.p("## The cost of isolation")
+	r.p("")
+	r.p("The trivial job, 5 ms between calls, through the executor and Docker's attach stream (no NATS), one caller, a pool of two containers. The harness forks a pre-warmed child for each execution and, after it, kills what it left, wipes `/workspace` and `/tmp`, and forks and warms the next child; the pool lends the container again at the harness's `reset_done`. The last row is a bare Python loop that `exec`s each script in itself: what the job would cost with none of that.")
+	r.p("")
+	r.p("| how | runs | median | p99 | container CPU per job |")
+	r.p("|---|---|---|---|---|")
+	var labels []string
+	var cpu plotter.Values
+	for _, row := range rows {
+		s := all[row.name]
+		if s == nil || len(s.lat) == 0 {
+			continue
+		}
+		c := s.Values["container_cpu_us_per_job"]
+		r.p("| %s | %d | %s | %s | %.0f µs |", row.label, len(s.lat), ms(s.q(0.5)), ms(s.q(0.99)), c)
+		labels = append(labels, strings.TrimPrefix(row.name, "BenchmarkIsolation/"))
+		cpu = append(cpu, c/1000)
+	}
+	r.p("")
+	if len(cpu) > 0 {
+		if err := barPlot(filepath.Join(r.plots, "isolation.svg"), "Container CPU per trivial job", "ms of CPU", labels, cpu); err != nil {
+			return err
+		}
+		r.p("![container CPU per job](bench/isolation.svg)")
+		r.p("")
+	}
+	return nil
+}
+
+func (r *report) aim(what, want, got string, met bool) {
+	r.aims = append(r.aims, aim{what, want, got, met})
+}
+
+func (r *report) summary() {
+	if len(r.aims) == 0 {
+		return
+	}
+	r.p("## The aims")
+	r.p("")
+	r.p("| aim | wanted | measured | met |")
+	r.p("|---|---|---|---|")
+	for _, a := range r.aims {
+		mark := "yes"
+		if !a.met {
+			mark = "**no**"
+		}
+		r.p("| %s | %s | %s | %s |", a.what, a.want, a.got, mark)
+	}
+	r.p("")
+}
+
+// Plots.
+
+func newPlot(title string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+func boxPlot(file, title string, labels []string, data []*series) error {
+	p := newPlot(title)
+	p.Y.Label.Text = "ms"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	w := vg.Points(28)
+	for i, s := range data {
+		vals := make(plotter.Values, 0, len(s.lat))
+		// Whiskers at the 1st and 99th percentiles: trim the rest, so that the plot
+		// shows the body of each distribution on one log axis.
+		lo, hi := s.q(0.01), s.q(0.99)
+		for _, d := range s.lat {
+			if d >= lo && d <= hi {
+				vals = append(vals, float64(d.Microseconds())/1000)
+			}
+		}
+		b, err := plotter.NewBoxPlot(w, float64(i), vals)
+		if err != nil {
+			return err
+		}
+		b.FillColor = color.RGBA{R: 120, G: 160, B: 220, A: 255}
+		b.GlyphStyle.Radius = 0 // no outlier dots: the table has the tail
+		p.Add(b)
+	}
+	p.NominalX(labels...)
+	return p.Save(vg.Length(160*len(labels)+80), 10*vg.Centimeter, file)
+}
+
+func linePlot(file, title, x, y string, lines map[string]plotter.XYs) error {
+	p := newPlot(title)
+	p.X.Label.Text, p.Y.Label.Text = x, y
+	p.Y.Min = 0
+	names := make([]string, 0, len(lines))
+	for name := range lines {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for i, name := range names {
+		l, pts, err := plotter.NewLinePoints(lines[name])
+		if err != nil {
+			return err
+		}
+		c := palette[i%len(palette)]
+		l.Color, pts.Color = c, c
+		p.Add(l, pts)
+		p.Legend.Add(name, l, pts)
+	}
+	p.Legend.Top = true
+	return p.Save(12*vg.Centimeter, 9*vg.Centimeter, file)
+}
+
+func barPlot(file, title, y string, labels []string, vals plotter.Values) error {
+	p := newPlot(title)
+	p.Y.Label.Text = y
+	bars, err := plotter.NewBarChart(vals, vg.Points(40))
+	if err != nil {
+		return err
+	}
+	bars.Color = palette[0]
+	p.Add(bars)
+	p.NominalX(labels...)
+	return p.Save(14*vg.Centimeter, 9*vg.Centimeter, file)
+}
+
+var palette = []color.Color{
+	color.RGBA{R: 31, G: 119, B: 180, A: 255},
+	color.RGBA{R: 214, G: 39, B: 40, A: 255},
+	color.RGBA{R: 44, G: 160, B: 44, A: 255},
+}
