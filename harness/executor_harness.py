@@ -58,6 +58,10 @@ OUTPUT_RESERVE = 4096
 # Longest wait, on reset, for the next child to finish warming up.
 WARM_WAIT = 0.5
 
+# Longest request line taken; the rest of a longer one is dropped, so that a host that
+# never sends a newline cannot grow the harness without bound.
+MAX_REQUEST_BYTES = 16 << 20
+
 # Largest stdout/stderr chunk emitted as one event.
 CHUNK_BYTES = 32 * 1024
 
@@ -704,7 +708,8 @@ class Harness:
     def __init__(self, in_fd=0, out_fd=1):
         self.in_fd = in_fd
         self.out = _Out(out_fd)
-        self.inbuf = b""
+        self.inbuf = bytearray()
+        self.discarding = False  # inside a request line over MAX_REQUEST_BYTES
         self.pending = []  # requests read but not yet handled
         self.tools = {}
         self.tool_errors = []
@@ -824,8 +829,22 @@ class Harness:
             self.idle_poll.unregister(self.in_fd)
             return
         self.inbuf += data
-        while b"\n" in self.inbuf:
-            line, self.inbuf = self.inbuf.split(b"\n", 1)
+        if b"\n" not in data:  # scan what came, not the whole buffer again
+            if len(self.inbuf) > MAX_REQUEST_BYTES:
+                self.inbuf.clear()
+                if not self.discarding:
+                    self.discarding = True
+                    self.out.send({"type": "log", "level": "warning", "message": "harness: dropped a request line over %d bytes" % MAX_REQUEST_BYTES})
+            return
+        while True:
+            end = self.inbuf.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(self.inbuf[:end])
+            del self.inbuf[: end + 1]
+            if self.discarding:
+                self.discarding = False  # the end of the line that was too long
+                continue
             if not line.strip():
                 continue
             try:

@@ -222,6 +222,18 @@ class ProtocolTest(unittest.TestCase):
         self.h.send(type="reset")
         self.assertEqual(self.h.read()["type"], "reset_done")
 
+    def test_a_request_line_without_end_is_dropped_not_kept(self):
+        chunk = b"x" * (1 << 20)
+        for _ in range(17):
+            self.h.p.stdin.write(chunk)
+        self.h.p.stdin.write(b"\n")
+        self.h.p.stdin.flush()
+        ev = self.h.read()
+        self.assertEqual((ev["type"], ev["level"]), ("log", "warning"))
+        self.assertIn("dropped a request line", ev["message"])
+        self.h.send(type="ping")
+        self.assertEqual(self.h.read()["type"], "pong")
+
     def test_every_execute_ends_with_reset_done_unasked(self):
         for i in range(2):
             self.h.send(type="execute", execution_id="e%d" % i, script="open('left', 'w').write('x')\nemit_result(1)", timeout=5)
