@@ -190,7 +190,11 @@ func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
 func (c *Client) follow(id, sandbox string) (*Execution, error) {
 	e := newExecution(c, id, sandbox)
 	if c.liveWindow > 0 {
-		sub, err := c.nc.SubscribeSync(wire.EventsWildcard(id))
+		// A channel of our own, small: SubscribeSync would allocate one of
+		// SubChanLen (64 Ki) entries per execution. When it is full the
+		// connection drops a message, a gap the fast path sees.
+		e.liveCh = make(chan *nats.Msg, eventsBuffer)
+		sub, err := c.nc.ChanSubscribe(wire.EventsWildcard(id), e.liveCh)
 		if err != nil {
 			return nil, fmt.Errorf("subscribe to %s: %w", wire.EventsWildcard(id), err)
 		}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -63,6 +62,7 @@ type Execution struct {
 	// The fast path: nil when the client reads the stream from the start.
 	// endLive ends it: at Close, on a duplicate, or when the window is over.
 	live    *nats.Subscription
+	liveCh  chan *nats.Msg
 	liveCtx context.Context
 	endLive context.CancelFunc
 
@@ -207,18 +207,18 @@ func (e *Execution) read() error {
 // ended without a result, or not ended when the stream must take over.
 func (e *Execution) readLive() (ended bool, err error) {
 	for {
-		msg, err := e.live.NextMsgWithContext(e.liveCtx)
-		if err != nil {
+		var msg *nats.Msg
+		select {
+		case msg = <-e.liveCh:
+		case <-e.liveCtx.Done():
 			select {
 			case <-e.closing:
 				return true, e.closedError()
 			default:
 			}
-			if errors.Is(err, nats.ErrConnectionClosed) {
-				return true, fmt.Errorf("read the events of execution %q: %w", e.ID, err)
-			}
-			// The window is over, a duplicate, a slow consumer: the stream has it all.
-			e.c.log.Debug("jazzmine client: following the events stream", "execution_id", e.ID, "reason", err)
+			// The window is over, or a duplicate: the stream has it all. A closed
+			// connection shows there too.
+			e.c.log.Debug("jazzmine client: following the events stream", "execution_id", e.ID, "reason", context.Cause(e.liveCtx))
 			return false, nil
 		}
 		ev, ok := e.decode(msg.Header.Get(wire.HeaderContentType), msg.Data, msg.Subject)
