@@ -72,6 +72,12 @@ bench: base-image ## Measure latency, throughput, pool, memory and isolation sid
 	$(GO) run ./internal/benchreport -in $(BENCH_OUT) -out docs -command "make bench"
 	@echo "wrote docs/BENCHMARKS.md"
 
+.PHONY: profile
+profile: base-image ## CPU profile of the worker side (NATS, worker, client) at 8 agents; prints the top and keeps bench-out/cpu.prof
+	mkdir -p $(BENCH_OUT)
+	$(GO) test -run '^$$' -count 1 -bench 'Throughput/agents=8$$' -benchtime 3000x -cpuprofile $(BENCH_OUT)/cpu.prof -o $(BENCH_OUT)/worker.test ./worker/
+	$(GO) tool pprof -top -cum -nodecount 40 $(BENCH_OUT)/worker.test $(BENCH_OUT)/cpu.prof
+
 .PHONY: bench-harness
 bench-harness: ## Benchmark one trivial execution through the executor and a local harness
 	$(GO) test -run '^$$' -bench . -benchtime 2000x -count 3 ./harness/
