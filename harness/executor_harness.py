@@ -115,9 +115,7 @@ class _Out:
         self.written = 0
 
     def send(self, event):
-        line = (json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode(
-            "utf-8", "surrogatepass"
-        )
+        line = _encode(event)
         self.write(line)
         return len(line)
 
@@ -132,8 +130,12 @@ class _Out:
         self.written += len(data)
 
 
+def _encode(event):
+    return (json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode("utf-8", "surrogatepass")
+
+
 def _encoded_len(event):
-    return len(json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8", "surrogatepass")) + 1
+    return len(_encode(event))
 
 
 # ---------------------------------------------------------------------------------------
@@ -1040,23 +1042,24 @@ class Run:
     def used(self):
         return self.h.out.written - self.start_written
 
-    def emit(self, event):
+    def emit(self, event, line=None):
         event["execution_id"] = self.eid
         if event["type"] == "final_result":
             self.result = True
         if event["type"] == "error":
             self.error = True
-        self.h.out.send(event)
+        self.h.out.write(line or _encode(event))
 
     def emit_limited(self, event):
         """Emits a script-produced event unless it would pass the output budget."""
         if self.over_limit:
             return False
         event["execution_id"] = self.eid
-        if self.used() + _encoded_len(event) > self.budget:
+        line = _encode(event)  # once: the budget is counted on the line that is sent
+        if self.used() + len(line) > self.budget:
             self.over_limit = True
             return False
-        self.emit(event)
+        self.emit(event, line)
         return True
 
     def emit_text(self, stream, text):
