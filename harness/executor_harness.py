@@ -62,6 +62,9 @@ WARM_WAIT = 0.5
 # never sends a newline cannot grow the harness without bound.
 MAX_REQUEST_BYTES = 16 << 20
 
+# Protocol output kept before it is written out even without a flush.
+OUT_FLUSH_BYTES = 64 * 1024
+
 # Largest stdout/stderr chunk emitted as one event.
 CHUNK_BYTES = 32 * 1024
 
@@ -108,11 +111,18 @@ TMPDIR = _scratch_dir("JAZZMINE_TMPDIR", "/tmp")
 
 
 class _Out:
-    """Writes protocol lines to fd 1 and counts the bytes written."""
+    """Writes protocol lines to fd 1 and counts the bytes written.
+
+    Lines wait in a buffer until flush, which the harness calls before it waits for
+    anything: lines that come together, such as a result and the script_done after it,
+    leave in one write. Through Docker's attach path each write is a wake-up of the
+    shim and of dockerd: a second write a tenth of a millisecond after the first made
+    the host see the end of a trivial job 0.5 ms later (measured, median)."""
 
     def __init__(self, fd):
         self.fd = fd
         self.written = 0
+        self.buf = bytearray()
 
     def send(self, event):
         line = _encode(event)
@@ -120,14 +130,22 @@ class _Out:
         return len(line)
 
     def write(self, data):
-        view = memoryview(data)
+        self.buf += data
+        self.written += len(data)
+        if len(self.buf) >= OUT_FLUSH_BYTES:
+            self.flush()
+
+    def flush(self):
+        if not self.buf:
+            return
+        view = memoryview(bytes(self.buf))
+        self.buf.clear()
         while view:
             try:
                 n = os.write(self.fd, view)
             except InterruptedError:
                 continue
             view = view[n:]
-        self.written += len(data)
 
 
 def _encode(event):
@@ -773,6 +791,7 @@ class Harness:
             if req is None:
                 continue
             self._handle(req)
+        self.out.flush()
         self._kill_child(self.warm)
         self.warm = None
         self.zygote.stop()
@@ -801,6 +820,7 @@ class Harness:
         # reset_done means ready: the next execute finds a warmed-up child.
         self._await_warm(self.warm, WARM_WAIT)
         self.out.send({"type": "reset_done"})
+        self.out.flush()
 
     def _await_warm(self, child, timeout):
         """Waits until child has warmed up, at most timeout seconds."""
@@ -865,6 +885,7 @@ class Harness:
             return self.pending.pop(0)
         if self.eof:
             return None
+        self.out.flush()
         if self.idle_poll.poll(None if timeout is None else int(timeout * 1000)):
             self._read_stdin()
         return self.pending.pop(0) if self.pending else None
@@ -1101,7 +1122,11 @@ class Run:
                 break
             zygote_gone = "zygote" not in child.names.values()
             timeout_ms = min(wait, 0.25) if zygote_gone else wait
-            for fd, _ in poll.poll(max(1, int(timeout_ms * 1000))):
+            ready = poll.poll(0)
+            if not ready:  # about to wait: what is written so far goes out now
+                h.out.flush()
+                ready = poll.poll(max(1, int(timeout_ms * 1000)))
+            for fd, _ in ready:
                 what = child.names.get(fd)
                 if what == "stdin":
                     self._stdin(child)
@@ -1317,6 +1342,7 @@ class Run:
             "duration_ms": round((time.monotonic() - started) * 1000, 3),
         }
         self.h.out.send(ev)
+        self.h.out.flush()  # the host waits for it: never behind anything
 
 
 def _signame(sig):

@@ -91,7 +91,7 @@ func BenchmarkWarmExecution(b *testing.B) {
 	}
 }
 
-func waitIdle(b *testing.B, p *sandboxpool.Pool, name string, idle int) {
+func waitIdle(b testing.TB, p *sandboxpool.Pool, name string, idle int) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		s := p.Stats().Sandboxes[name]

@@ -31,12 +31,16 @@ func main() {
 	in := flag.String("in", "bench-out", "directory of the recorded samples")
 	out := flag.String("out", "docs", "directory of BENCHMARKS.md; plots go to its bench/")
 	command := flag.String("command", "make bench", "the command that produced the samples, for the report")
+	flag.StringVar(&plotExt, "format", "svg", "format of the plots: svg or png")
 	flag.Parse()
 	if err := run(*in, *out, *command); err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
 	}
 }
+
+// plotExt is the plots' file extension, which gonum/plot takes as their format.
+var plotExt = "svg"
 
 // series is one recorded benchmark, its latencies sorted.
 type series struct {
@@ -132,15 +136,16 @@ func (r *report) machine() {
 // latencyRow is one way of running the trivial job.
 type latencyRow struct {
 	label, name string
+	short       string // under its box in the plot
 }
 
 func (r *report) latency(all map[string]*series) error {
 	rows := []latencyRow{
-		{"jazzmine worker: publish to script_done", "BenchmarkEndToEnd/pool=2"},
-		{"jazzmine worker, containers never recycled", "BenchmarkEndToEnd/pool=2-no-recycling"},
-		{"docker exec into a running container", "BenchmarkDockerExec"},
-		{"docker run --rm per call", "BenchmarkDockerRun"},
-		{"floor: one line through Docker's attach stream and back", "BenchmarkAttachFloor"},
+		{"jazzmine worker: publish to script_done (default recycling, max uses 50)", "BenchmarkEndToEnd/pool=2", "worker"},
+		{"jazzmine worker, containers never recycled", "BenchmarkEndToEnd/pool=2-no-recycling", "worker, no recycling"},
+		{"docker exec into a running container", "BenchmarkDockerExec", "docker exec"},
+		{"docker run --rm per call", "BenchmarkDockerRun", "docker run --rm"},
+		{"floor: one line through Docker's attach stream and back", "BenchmarkAttachFloor", "attach floor"},
 	}
 	r.p("## A trivial job, one agent")
 	r.p("")
@@ -167,7 +172,7 @@ func (r *report) latency(all map[string]*series) error {
 		}
 		r.p("| %s | %d | %s | %s | %s | %s | %s |", row.label, len(s.lat), ms(s.q(0.5)), ms(s.q(0.9)), ms(s.q(0.99)), ms(s.q(1)), ratio)
 		boxes = append(boxes, s)
-		labels = append(labels, shortLabel(row.label))
+		labels = append(labels, row.short)
 	}
 	r.p("")
 	for _, w := range []struct {
@@ -190,7 +195,7 @@ func (r *report) latency(all map[string]*series) error {
 		}
 	}
 	if len(boxes) > 0 {
-		file := "latency.svg"
+		file := "latency." + plotExt
 		if err := boxPlot(filepath.Join(r.plots, file), "A trivial job, one agent (log scale)", labels, boxes); err != nil {
 			return err
 		}
@@ -200,13 +205,6 @@ func (r *report) latency(all map[string]*series) error {
 		r.p("")
 	}
 	return nil
-}
-
-func shortLabel(s string) string {
-	if i := strings.IndexAny(s, ":,"); i > 0 {
-		return s[:i]
-	}
-	return s
 }
 
 func (r *report) throughput(all map[string]*series) error {
@@ -245,22 +243,23 @@ func (r *report) throughput(all map[string]*series) error {
 		row("8, recycled after 50 uses", s)
 	}
 	r.p("")
-	if err := linePlot(filepath.Join(r.plots, "throughput.svg"), "Throughput, pool of 4", "agents", "jobs/s", map[string]plotter.XYs{"jobs/s": rate}); err != nil {
+	aimLine := plotter.XYs{{X: rate[0].X, Y: 300}, {X: rate[len(rate)-1].X, Y: 300}}
+	if err := linePlot(filepath.Join(r.plots, "throughput."+plotExt), "Throughput, pool of 4", "agents", "jobs/s", map[string]plotter.XYs{"jobs/s": rate, "aim: 300 jobs/s": aimLine}); err != nil {
 		return err
 	}
-	if err := linePlot(filepath.Join(r.plots, "throughput-latency.svg"), "Latency as agents grow, pool of 4", "agents", "ms", map[string]plotter.XYs{"median": p50, "p99": p99}); err != nil {
+	if err := linePlot(filepath.Join(r.plots, "throughput-latency."+plotExt), "Latency as agents grow, pool of 4", "agents", "ms", map[string]plotter.XYs{"median": p50, "p99": p99}); err != nil {
 		return err
 	}
-	r.p("![throughput](bench/throughput.svg) ![latency as agents grow](bench/throughput-latency.svg)")
+	r.p("![throughput](bench/throughput.%s) ![latency as agents grow](bench/throughput-latency.%s)", plotExt, plotExt)
 	r.p("")
 	return nil
 }
 
 func (r *report) pool(all map[string]*series) error {
 	rows := []latencyRow{
-		{"checkout of a warm container", "BenchmarkCheckout/checkout"},
-		{"release (the reset runs in the background)", "BenchmarkCheckout/release"},
-		{"cold spawn to ready: create, attach, start, the harness's ready line", "BenchmarkSpawn/spawn"},
+		{"checkout of a warm container", "BenchmarkCheckout/checkout", ""},
+		{"release (the reset runs in the background)", "BenchmarkCheckout/release", ""},
+		{"cold spawn to ready: create, attach, start, the harness's ready line", "BenchmarkSpawn/spawn", ""},
 	}
 	r.p("## The pool")
 	r.p("")
@@ -309,9 +308,9 @@ func (r *report) memory(all map[string]*series) error {
 
 func (r *report) isolation(all map[string]*series) error {
 	rows := []latencyRow{
-		{"fork per execution, reset after it (the default)", "BenchmarkIsolation/fork+reset"},
-		{"the same, with an explicit reset request on return", "BenchmarkIsolation/fork+reset-request"},
-		{"no isolation: one Python process runs every script", "BenchmarkIsolation/no-isolation"},
+		{"fork per execution, reset after it (the default)", "BenchmarkIsolation/fork+reset", ""},
+		{"the same, with an explicit reset request on return", "BenchmarkIsolation/fork+reset-request", ""},
+		{"no isolation: one Python process runs every script", "BenchmarkIsolation/no-isolation", ""},
 	}
 	r.p("## The cost of isolation")
 	r.p("")
@@ -333,10 +332,10 @@ func (r *report) isolation(all map[string]*series) error {
 	}
 	r.p("")
 	if len(cpu) > 0 {
-		if err := barPlot(filepath.Join(r.plots, "isolation.svg"), "Container CPU per trivial job", "ms of CPU", labels, cpu); err != nil {
+		if err := barPlot(filepath.Join(r.plots, "isolation."+plotExt), "Container CPU per trivial job", "ms of CPU", labels, cpu); err != nil {
 			return err
 		}
-		r.p("![container CPU per job](bench/isolation.svg)")
+		r.p("![container CPU per job](bench/isolation.%s)", plotExt)
 		r.p("")
 	}
 	return nil
@@ -420,7 +419,19 @@ func linePlot(file, title, x, y string, lines map[string]plotter.XYs) error {
 		p.Add(l, pts)
 		p.Legend.Add(name, l, pts)
 	}
-	p.Legend.Top = true
+	var ticks []plot.Tick
+	longest := names[0]
+	for _, name := range names {
+		if len(lines[name]) > len(lines[longest]) {
+			longest = name
+		}
+	}
+	for _, pt := range lines[longest] {
+		ticks = append(ticks, plot.Tick{Value: pt.X, Label: fmt.Sprintf("%g", pt.X)})
+	}
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	p.Legend.Left = true
 	return p.Save(12*vg.Centimeter, 9*vg.Centimeter, file)
 }
 
