@@ -1,9 +1,11 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -241,11 +244,17 @@ func BenchmarkTracingCost(b *testing.B) {
 }
 
 // BenchmarkMemory starts `worker serve` as its own process with two sandboxes of two
-// warm containers each, against the test's NATS server, runs jobs on both, and reports
-// the worker's resident size and each idle container's memory (Docker's stats: the
-// cgroup's usage, and its anonymous memory). Run it with -benchtime 1x.
+// warm containers each, runs jobs on both, and reports the worker's resident size and
+// each idle container's memory (Docker's stats: the cgroup's usage, and its anonymous
+// memory). The worker talks to the test's NATS server (nats=external), or runs its
+// embedded one (nats=embedded, as make run does), whose memory then counts as the
+// worker's. Run it with -benchtime 1x.
 func BenchmarkMemory(b *testing.B) {
-	srv, nc := testenv.NATS(b)
+	b.Run("nats=external", func(b *testing.B) { memory(b, false) })
+	b.Run("nats=embedded", func(b *testing.B) { memory(b, true) })
+}
+
+func memory(b *testing.B, embedded bool) {
 	tools := filepath.Join(testenv.RepoRoot(), "examples", "tools", "*.py")
 	cfg := filepath.Join(b.TempDir(), "config.yaml")
 	sandbox := fmt.Sprintf("{tools: [%q], pool: {size: 2, max_overflow: 0}}", tools)
@@ -253,7 +262,46 @@ func BenchmarkMemory(b *testing.B) {
 		b.Fatal(err)
 	}
 	id := fmt.Sprintf("bench-memory-%d", time.Now().UnixNano())
-	proc := startProcess(b, cfg, srv.ClientURL(), id)
+	var pid int
+	var nc *nats.Conn
+	var logs func() string
+	if embedded {
+		addr := freeAddr(b)
+		cmd := exec.Command(workerBinary(b), "serve", "--config", cfg, "--worker-id", id, "--metrics-addr", "", "--nats-listen", addr, "--store-dir", b.TempDir())
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "NATS_URL=") {
+				env = append(env, kv)
+			}
+		}
+		cmd.Env = env
+		log := &syncWriter{w: &bytes.Buffer{}}
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+			removeContainersOf(b, id)
+		})
+		pid, logs = cmd.Process.Pid, log.String
+		var err error
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			if nc, err = nats.Connect("nats://" + addr); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("the embedded NATS server never answered: %v\n%s", err, log.String())
+			}
+		}
+		b.Cleanup(nc.Close)
+	} else {
+		var srv interface{ ClientURL() string }
+		srv, nc = testenv.NATS(b)
+		proc := startProcess(b, cfg, srv.ClientURL(), id)
+		pid, logs = proc.cmd.Process.Pid, proc.log.String
+	}
 	c := newClient(b, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -267,8 +315,8 @@ func BenchmarkMemory(b *testing.B) {
 			if _, err := js.Consumer(ctx, wire.StreamExec, wire.ConsumerName(sb)); err == nil {
 				break
 			}
-			if ctx.Err() != nil || proc.cmd.ProcessState != nil {
-				b.Fatalf("the worker never served sandbox %s:\n%s", sb, proc.log.String())
+			if ctx.Err() != nil {
+				b.Fatalf("the worker never served sandbox %s:\n%s", sb, logs())
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -281,7 +329,7 @@ func BenchmarkMemory(b *testing.B) {
 	}
 	time.Sleep(2 * time.Second) // returned containers reset, the worker settles
 	b.ResetTimer()
-	values := map[string]float64{"worker_rss_mb": float64(rssKB(b, proc.cmd.Process.Pid)) / 1024}
+	values := map[string]float64{"worker_rss_mb": float64(rssKB(b, pid)) / 1024}
 	ids := containersOf(b, id)
 	if len(ids) != 4 {
 		b.Fatalf("worker %s has %d containers, want 4", id, len(ids))
@@ -336,4 +384,14 @@ func containerMemory(b *testing.B, id string) (usage, anon float64) {
 		a = st.MemoryStats.Stats["anon"]
 	}
 	return float64(st.MemoryStats.Usage) / (1 << 20), float64(a) / (1 << 20)
+}
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
