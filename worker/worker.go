@@ -28,6 +28,7 @@ type Worker struct {
 	consumers map[string]jetstream.Consumer // by sandbox, set by Start
 	workers   jetstream.KeyValue            // BucketWorkers
 	cancels   jetstream.KeyValue            // BucketCancels
+	fleet     jetstream.KeyValue            // BucketFleet
 
 	mu       sync.Mutex // guards running, stopped and bgClosed
 	running  map[string]*execution
