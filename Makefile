@@ -13,7 +13,7 @@ FUZZ_SLOW   ?= 30000x
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build the worker binary into bin/worker
@@ -55,6 +55,26 @@ run: base-image build ## Run the worker with the example config and the embedded
 .PHONY: demo
 demo: base-image build ## Build what is needed, start a worker, submit example jobs, show their events, stop
 	./examples/demo.sh
+
+.PHONY: nats-image
+nats-image: ## Build nats:<version> (FROM scratch, the nats-server Go module) unless it exists; for hosts that cannot pull it
+	GO=$(GO) ./deploy/nats/images.sh nats
+
+.PHONY: worker-image
+worker-image: build ## Build jazzmine-worker:latest, FROM scratch around bin/worker
+	GO=$(GO) ./deploy/nats/images.sh worker
+
+.PHONY: compose-up
+compose-up: base-image nats-image worker-image ## Run deploy/nats/docker-compose.yml: a 3-node JetStream cluster and 2 workers in containers
+	./deploy/nats/compose.sh up
+
+.PHONY: compose-down
+compose-down: ## Stop what compose-up started (JetStream data is kept; WIPE=1 removes it)
+	./deploy/nats/compose.sh down
+
+.PHONY: fault-test
+fault-test: base-image ## 1,000 jobs on 3 NATS servers and 2 workers (processes) while a worker and a server are killed
+	$(GO) test -race -count=1 -v -run '^TestAClusterLosesNoJob' ./deploy/nats/
 
 .PHONY: bench-harness
 bench-harness: ## Benchmark one trivial execution through the executor and a local harness
