@@ -78,7 +78,9 @@ func WorkerAlive(js jetstream.JetStream) func(ctx context.Context, workerID stri
 				return false, err
 			}
 			_, err = kv.Get(ctx, workerID)
-			if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			// An id that is no valid key (a pool used without a worker may have any)
+			// was never announced: it is in neither bucket.
+			if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, jetstream.ErrInvalidKey) {
 				return false, nil
 			}
 			return err == nil, err

@@ -36,6 +36,7 @@ func TestTheReaperRemovesOnlyContainersOfDeadWorkersOfItsOwnFleet(t *testing.T) 
 		{"a live worker is alive", live.ID(), true},
 		{"a worker of the fleet that shut down is dead", gone.ID(), false},
 		{"a worker of another fleet counts as alive", "another-fleets-worker-1234-abcdef", true},
+		{"a pool's id that is no valid key counts as alive", "bench-fork+reset-1234", true},
 	} {
 		got, err := alive(ctx, tc.id)
 		if err != nil {
