@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -15,8 +16,8 @@ import (
 //
 // A goroutine reads the execution's events from JetStream (an ordered
 // consumer on JAZZMINE_EVENTS that starts at the execution's first event
-// and survives reconnects), folds each into the result and hands it to the
-// Events channel. It ends after the first script_done, whatever its attempt,
+// and survives reconnects and the loss of the server that held it), folds
+// each into the result and hands it to the Events channel. It ends after the first script_done, whatever its attempt,
 // or at [Execution.Close]. Close must be called (once the result is in is
 // fine; [Client.Run] does it): until then the goroutine waits for someone to
 // read the events.
@@ -44,18 +45,21 @@ type Execution struct {
 	Duplicate bool
 
 	c      *Client
-	cons   jetstream.Consumer
-	iter   jetstream.MessagesContext
 	events chan *wire.Event
 
 	closing   chan struct{} // closed by Close: the goroutine stops
 	done      chan struct{} // closed when the goroutine has ended
 	closeOnce sync.Once
 	col       collector // the goroutine's alone
+	after     uint64    // the goroutine's alone: stream sequence of the last event read
 
-	mu     sync.Mutex // guards the fields below
-	result *Result    // set by the script_done that ended the execution
-	err    error      // why the execution ended without a result
+	// mu guards the fields below. The goroutine sets cons and iter (resume
+	// replaces them) with it held, and reads them without it.
+	mu     sync.Mutex
+	cons   jetstream.Consumer
+	iter   jetstream.MessagesContext
+	result *Result // set by the script_done that ended the execution
+	err    error   // why the execution ended without a result
 }
 
 func newExecution(c *Client, id, sandbox string, cons jetstream.Consumer, iter jetstream.MessagesContext) *Execution {
@@ -125,11 +129,15 @@ func (e *Execution) Cancel(ctx context.Context) error {
 // and deletes the events consumer on the server. It does not cancel the job
 // (see [Execution.Cancel]). Close is idempotent and safe to call from any
 // goroutine; it returns once the goroutine has ended, which takes at most a
-// few seconds when the server is unreachable.
+// few seconds when the server is unreachable, and up to about 20 s while the
+// execution replaces a consumer lost with its server.
 func (e *Execution) Close() {
 	e.closeOnce.Do(func() {
 		close(e.closing)
-		e.iter.Stop()
+		e.mu.Lock()
+		iter := e.iter
+		e.mu.Unlock()
+		iter.Stop() // a consumer that resume opens from now on, resume stops
 	})
 	<-e.done
 }
@@ -159,7 +167,17 @@ func (e *Execution) read() error {
 				return e.closedError()
 			default:
 			}
-			return fmt.Errorf("read the events of execution %q: %w", e.ID, err)
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) { // the connection closed
+				return fmt.Errorf("read the events of execution %q: %w", e.ID, err)
+			}
+			// The consumer gave up recreating itself (consumerResetAttempts).
+			if err := e.resume(err); err != nil {
+				return err
+			}
+			continue
+		}
+		if meta, err := msg.Metadata(); err == nil {
+			e.after = meta.Sequence.Stream
 		}
 		ev, err := wire.DecodeEvent(msg.Headers().Get(wire.HeaderContentType), msg.Data())
 		if err != nil {
