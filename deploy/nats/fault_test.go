@@ -43,11 +43,12 @@ const (
 // TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie runs three nats-server processes
 // (deploy/nats/cluster.conf) and two `worker serve` processes with replicas: 3, and
 // 1,000 jobs from eight concurrent agents. While the jobs run it kills one worker with
-// SIGKILL, then, with SIGKILL too and for good, the NATS server that leads the jobs
-// stream (the harshest loss: no leadership handed over, a new election). Every job
-// must end with its own result; the test reports how many ran more than once. The
-// dead worker's containers must be reaped by the survivor, and a container of a
-// worker of another fleet on the same Docker host must be left alone.
+// SIGKILL, then, with SIGKILL too and for good, the NATS server that leads both
+// streams and the jobs consumer (the harshest loss of one node: no leadership handed
+// over, three elections). Every job must end with its own result; the test reports
+// how many ran more than once (started in more than one attempt). The dead worker's
+// containers must be reaped by the survivor, and a container of a worker of another
+// fleet on the same Docker host must be left alone.
 func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault test runs 1,000 jobs; -short skips it")
