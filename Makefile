@@ -13,7 +13,7 @@ FUZZ_SLOW   ?= 30000x
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build the worker binary into bin/worker
@@ -77,6 +77,26 @@ profile: base-image ## CPU profile of the worker side (NATS, worker, client) at 
 	mkdir -p $(BENCH_OUT)
 	$(GO) test -run '^$$' -count 1 -bench 'Throughput/agents=8$$' -benchtime 3000x -cpuprofile $(BENCH_OUT)/cpu.prof -o $(BENCH_OUT)/worker.test ./worker/
 	$(GO) tool pprof -top -cum -nodecount 40 $(BENCH_OUT)/worker.test $(BENCH_OUT)/cpu.prof
+
+.PHONY: nats-image
+nats-image: ## Build nats:<version> (FROM scratch, the nats-server Go module) unless it exists; for hosts that cannot pull it
+	GO=$(GO) ./deploy/nats/images.sh nats
+
+.PHONY: worker-image
+worker-image: build ## Build jazzmine-worker:latest, FROM scratch around bin/worker
+	GO=$(GO) ./deploy/nats/images.sh worker
+
+.PHONY: compose-up
+compose-up: base-image nats-image worker-image ## Run deploy/nats/docker-compose.yml: a 3-node JetStream cluster and 2 workers in containers
+	./deploy/nats/compose.sh up
+
+.PHONY: compose-down
+compose-down: ## Stop what compose-up started (JetStream data is kept; WIPE=1 removes it)
+	./deploy/nats/compose.sh down
+
+.PHONY: fault-test
+fault-test: base-image ## 1,000 jobs on 3 NATS servers and 2 workers (processes) while a worker and a server are killed
+	$(GO) test -race -count=1 -v -run '^TestAClusterLosesNoJob' ./deploy/nats/
 
 .PHONY: bench-harness
 bench-harness: ## Benchmark one trivial execution through the executor and a local harness

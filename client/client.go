@@ -35,6 +35,23 @@ const (
 	// an execution ends.
 	consumerDeleteTimeout = 5 * time.Second
 
+	// consumerResetAttempts bounds how many times an events consumer tries
+	// to recreate itself (after a missed heartbeat, a reconnect or a gap)
+	// before it gives up, and the execution opens a new one instead (see
+	// Execution.resume). nats.go would try forever, under one consumer name;
+	// after the NATS server that held the consumer is lost, that name can
+	// stay assigned to the dead server, and every try times out: with
+	// nats-server 2.15 and nats.go 1.55, a third of the executions of the
+	// agents whose connection failed over never read another event. Two
+	// tries take at most about 21 s (10 s each, 1 s apart).
+	consumerResetAttempts = 2
+
+	// resumeTimeout bounds the creation of a new events consumer by
+	// Execution.resume; resumeMinDelay and resumeMaxDelay space the tries.
+	resumeTimeout  = 10 * time.Second
+	resumeMinDelay = 250 * time.Millisecond
+	resumeMaxDelay = 5 * time.Second
+
 	// DefaultLiveWindow is how long an execution follows its events through
 	// a plain subscription before it moves to a JetStream consumer: 1 s.
 	DefaultLiveWindow = time.Second
@@ -209,21 +226,37 @@ func (c *Client) follow(id, sandbox string) (*Execution, error) {
 // first event.
 func (c *Client) consume(ctx context.Context, id string) (jetstream.Consumer, jetstream.MessagesContext, error) {
 	filter := wire.EventsWildcard(id)
-	cons, err := c.js.OrderedConsumer(ctx, wire.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{filter},
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: consumerInactiveThreshold,
-	})
+	cons, iter, err := c.openEvents(ctx, id, 0)
 	if err != nil {
 		if isNoStream(err) {
 			return nil, nil, errorf(ErrNoStream, "no JetStream stream %s for the execution's events: is a jazzmine worker running against this NATS server? (%w)", wire.StreamEvents, err)
 		}
 		return nil, nil, fmt.Errorf("subscribe to %s: %w", filter, err)
 	}
+	return cons, iter, nil
+}
+
+// openEvents opens an ordered consumer of the events of execution id that
+// starts after stream sequence after (0: at the execution's first event),
+// and its iterator.
+func (c *Client) openEvents(ctx context.Context, id string, after uint64) (jetstream.Consumer, jetstream.MessagesContext, error) {
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{wire.EventsWildcard(id)},
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: consumerInactiveThreshold,
+		MaxResetAttempts:  consumerResetAttempts,
+	}
+	if after > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	}
+	cons, err := c.js.OrderedConsumer(ctx, wire.StreamEvents, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	iter, err := cons.Messages()
 	if err != nil {
 		c.deleteConsumer(cons)
-		return nil, nil, fmt.Errorf("subscribe to %s: %w", filter, err)
+		return nil, nil, err
 	}
 	return cons, iter, nil
 }

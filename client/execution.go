@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -27,7 +28,8 @@ import (
 //     when it is the next of its attempt (events carry a sequence number
 //     per attempt).
 //   - The events stream, through an ordered JetStream consumer that starts
-//     at the execution's first event and survives reconnects. An execution
+//     at the execution's first event and survives reconnects and the loss of
+//     the server that held it (Execution.resume). An execution
 //     moves to it when the fast path skips a sequence number (a message
 //     lost to a reconnect or a slow consumer), when the job was a duplicate
 //     (its events may have been published before the subscription), or
@@ -69,11 +71,14 @@ type Execution struct {
 	closing   chan struct{} // closed by Close: the goroutine stops
 	done      chan struct{} // closed when the goroutine has ended
 	closeOnce sync.Once
-	col       collector          // the goroutine's alone
-	last      map[int]uint64     // the goroutine's alone: per attempt, the last seq delivered
-	cons      jetstream.Consumer // the goroutine's alone: the stream path's consumer
+	col       collector      // the goroutine's alone
+	last      map[int]uint64 // the goroutine's alone: per attempt, the last seq delivered
+	after     uint64         // the goroutine's alone: stream sequence of the last event read
 
-	mu     sync.Mutex // guards the fields below
+	// mu guards the fields below. The goroutine sets cons and iter (the stream
+	// path; resume replaces them) with it held, and reads them without it.
+	mu     sync.Mutex
+	cons   jetstream.Consumer
 	iter   jetstream.MessagesContext
 	result *Result // set by the script_done that ended the execution
 	err    error   // why the execution ended without a result
@@ -145,7 +150,8 @@ func (e *Execution) Cancel(ctx context.Context) error {
 // and deletes the events consumer on the server, if there is one. It does
 // not cancel the job (see [Execution.Cancel]). Close is idempotent and safe
 // to call from any goroutine; it returns once the goroutine has ended, which
-// takes at most a few seconds when the server is unreachable.
+// takes at most a few seconds when the server is unreachable, and up to
+// about 20 s while the execution replaces a consumer lost with its server.
 func (e *Execution) Close() {
 	e.closeOnce.Do(func() {
 		close(e.closing)
@@ -247,9 +253,8 @@ func (e *Execution) readStream() error {
 	if err != nil {
 		return fmt.Errorf("read the events of execution %q: %w", e.ID, err)
 	}
-	e.cons = cons
 	e.mu.Lock()
-	e.iter = iter
+	e.cons, e.iter = cons, iter
 	e.mu.Unlock()
 	select {
 	case <-e.closing: // Close came before iter was set: it did not stop it
@@ -257,14 +262,24 @@ func (e *Execution) readStream() error {
 	default:
 	}
 	for {
-		msg, err := iter.Next()
+		msg, err := e.iter.Next()
 		if err != nil {
 			select {
 			case <-e.closing:
 				return e.closedError()
 			default:
 			}
-			return fmt.Errorf("read the events of execution %q: %w", e.ID, err)
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) { // the connection closed
+				return fmt.Errorf("read the events of execution %q: %w", e.ID, err)
+			}
+			// The consumer gave up recreating itself (consumerResetAttempts).
+			if err := e.resume(err); err != nil {
+				return err
+			}
+			continue
+		}
+		if meta, err := msg.Metadata(); err == nil {
+			e.after = meta.Sequence.Stream
 		}
 		ev, ok := e.decode(msg.Headers().Get(wire.HeaderContentType), msg.Data(), msg.Subject())
 		if !ok {

@@ -41,7 +41,18 @@ const (
 	BucketWorkers = "jazzmine_workers"
 	// BucketCancels holds the execution ids that were cancelled.
 	BucketCancels = "jazzmine_cancels"
+	// BucketFleet remembers, for FleetMemory, every worker that served against this
+	// NATS deployment. The reaper removes the containers of a worker it finds there but
+	// not in BucketWorkers (one of this fleet that died), and never those of a worker
+	// it does not find (another fleet's, sharing the Docker host).
+	BucketFleet = "jazzmine_fleet"
 )
+
+// FleetMemory is how long BucketFleet remembers a worker after its last refresh. A
+// worker refreshes its entry every FleetMemory/4 while it runs, so a dead worker stays
+// known for a day at least: long enough for any surviving worker to reap its
+// containers.
+const FleetMemory = 24 * time.Hour
 
 // Sandbox is one sandbox this worker serves.
 type Sandbox struct {

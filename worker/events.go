@@ -28,6 +28,7 @@ type publisher struct {
 	trace   wire.HeaderCarrier // trace context put on every event
 	pending []jetstream.PubAckFuture
 	err     error // the first publish error
+	unsent  bool  // an event was never sent: sending the pending ones again cannot make up for it
 }
 
 func (w *Worker) newPublisher(id string, attempt int, ct string, metadata map[string]string) *publisher {
@@ -48,7 +49,7 @@ func (p *publisher) publish(ev *wire.Event) error {
 		ev = &wire.Event{ExecutionID: p.id, Type: wire.EventError, Seq: p.seq, Attempt: p.attempt, WorkerID: p.workerID, Time: ev.Time, Metadata: p.metadata,
 			Kind: wire.KindScript, Error: fmt.Sprintf("the %s event could not be encoded: %v", ev.Type, err)}
 		if data, err = wire.EncodeEvent(p.ct, ev); err != nil {
-			p.err = fmt.Errorf("encode event: %w", err)
+			p.err, p.unsent = fmt.Errorf("encode event: %w", err), true
 			return p.err
 		}
 	}
@@ -60,7 +61,7 @@ func (p *publisher) publish(ev *wire.Event) error {
 	}
 	f, err := p.js.PublishMsgAsync(msg)
 	if err != nil {
-		p.err = fmt.Errorf("publish %s event of %s: %w", ev.Type, p.id, err)
+		p.err, p.unsent = fmt.Errorf("publish %s event of %s: %w", ev.Type, p.id, err), true
 		return p.err
 	}
 	p.pending = append(p.pending, f)

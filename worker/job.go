@@ -57,7 +57,7 @@ func (w *Worker) handle(sandbox string, msg jetstream.Msg) {
 
 	act, delay := decide(out, last, w.cfg.NakDelay)
 	span.SetAttributes(attribute.String("jazzmine.outcome", out.String()), attribute.String("jazzmine.action", act.String()))
-	if out == outInfrastructure || out == outInvalid {
+	if out == outInfrastructure || out == outInvalid || out == outUnstored {
 		span.SetStatus(codes.Error, reason)
 	}
 	w.tel.jobs.Add(ctx, 1, metric.WithAttributes(sbAttr, attribute.String("outcome", out.String()), attribute.String("action", act.String())))
@@ -172,6 +172,7 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 		if last {
 			if perr := p.terminal(wire.KindInfrastructure, fmt.Sprintf("gave up after %d deliveries: %s", attempt, msg)); perr != nil {
 				log.Warn("publish terminal event", "execution_id", job.ExecutionID, "err", perr)
+				return outUnstored, truncateReason(msg) // terminated, the job would end without its end
 			}
 		}
 		return outInfrastructure, truncateReason(msg)
@@ -224,9 +225,7 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 		err = p.publish(scriptDone(res))
 	}
 	if err == nil {
-		wctx, cancelWait := w.publishContext()
-		err = p.wait(wctx)
-		cancelWait()
+		err = w.storeEvents(p, log)
 	}
 	pspan.SetAttributes(attribute.Int64("jazzmine.events", int64(p.seq)))
 	if err != nil {
@@ -236,7 +235,7 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 	if err != nil {
 		// The events did not all reach the stream: run it again rather than lose them.
 		log.Warn("publish events", "execution_id", job.ExecutionID, "err", err)
-		return outInfrastructure, truncateReason(err.Error())
+		return outUnstored, truncateReason(err.Error())
 	}
 	if res.ErrorKind == harness.KindCancelled {
 		return outCancelled, ""
@@ -252,7 +251,7 @@ func (w *Worker) endCancelled(ctx context.Context, p *publisher, log *slog.Logge
 	}
 	if err := p.terminal(wire.KindCancelled, msg); err != nil {
 		log.Warn("publish cancel events", "execution_id", p.id, "err", err)
-		return outInfrastructure, "cancel events not published"
+		return outUnstored, "cancel events not published"
 	}
 	return outCancelled, ""
 }

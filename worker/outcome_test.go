@@ -21,6 +21,8 @@ func TestDecideMapsEachOutcomeToOneAction(t *testing.T) {
 		{"an infrastructure failure is retried after a delay", outInfrastructure, false, actNak, delay},
 		{"an infrastructure failure on the last delivery is given up", outInfrastructure, true, actTerm, 0},
 		{"a redelivery of a job still running here is left to the running one", outDuplicate, false, actNone, 0},
+		{"a job whose events were not stored is retried after a delay", outUnstored, false, actNak, delay},
+		{"a job whose events were not stored on its last delivery is nakked for the max-deliveries advisory, never terminated", outUnstored, true, actNak, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

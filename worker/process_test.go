@@ -19,34 +19,8 @@ import (
 	"github.com/jazzmine/worker/wire"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// workerBinary builds cmd/worker once per test binary.
-func workerBinary(t testing.TB) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "jazzmine-worker-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "worker")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/worker")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // static: the proxy sidecar runs it from scratch
-		cmd.Dir = testenv.RepoRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build ./cmd/worker: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+// workerBinary is the static worker executable (the proxy sidecar runs it from scratch).
+func workerBinary(t testing.TB) string { return testenv.WorkerBinary(t) }
 
 // workerProcess is `worker serve` running as its own process.
 type workerProcess struct {

@@ -46,6 +46,7 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	for _, b := range []jetstream.KeyValueConfig{
 		{Bucket: BucketWorkers, Description: "live jazzmine workers", TTL: c.LivenessTTL, Replicas: c.Replicas, History: 1},
 		{Bucket: BucketCancels, Description: "cancelled jazzmine executions", TTL: c.EventsMaxAge, Replicas: c.Replicas, History: 1},
+		{Bucket: BucketFleet, Description: "jazzmine workers of this fleet, alive or dead", TTL: FleetMemory, Replicas: c.Replicas, History: 1},
 	} {
 		kv, err := w.js.CreateOrUpdateKeyValue(ctx, b)
 		if err != nil {
@@ -56,6 +57,8 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 			w.workers = kv
 		case BucketCancels:
 			w.cancels = kv
+		case BucketFleet:
+			w.fleet = kv
 		}
 	}
 	for _, sb := range c.Sandboxes {

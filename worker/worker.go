@@ -28,6 +28,7 @@ type Worker struct {
 	consumers map[string]jetstream.Consumer // by sandbox, set by Start
 	workers   jetstream.KeyValue            // BucketWorkers
 	cancels   jetstream.KeyValue            // BucketCancels
+	fleet     jetstream.KeyValue            // BucketFleet
 
 	mu       sync.Mutex // guards running, stopped and bgClosed
 	running  map[string]*execution
@@ -61,7 +62,9 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(cfg.NATS)
+	// An event whose ack never comes (the server that took it died) fails after the
+	// limit, instead of staying among nats.go's pending acks for good.
+	js, err := jetstream.New(cfg.NATS, jetstream.WithPublishAsyncTimeout(DefaultEventPublishLimit))
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}

@@ -157,7 +157,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	// The worker announces itself before the pool spawns, so that no other worker's
 	// reaper takes the new containers for orphans.
-	if err := w.Start(ctx); err != nil {
+	if err := startWorker(ctx, w, log); err != nil {
 		closePool(pool, log)
 		return err
 	}
@@ -178,6 +178,43 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	err = w.Shutdown(sctx, grace)
 	closePool(pool, log)
 	return err
+}
+
+// startWorker starts w, trying again for as long as JetStream is not ready. A cluster
+// whose nodes have just started, or that has just lost a node, answers stream,
+// consumer and bucket requests with timeouts or 503s until its leaders are elected
+// (seconds); a fleet started together with its cluster would otherwise exit and wait
+// for a supervisor to restart it. Any other error (a config the server refuses) ends
+// the start at once, as does ctx.
+func startWorker(ctx context.Context, w *worker.Worker, log *slog.Logger) error {
+	delay := 250 * time.Millisecond
+	for {
+		err := w.Start(ctx)
+		if err == nil || !jetStreamNotReady(err) || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("JetStream is not ready; trying again", "err", err, "in", delay)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return err
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// jetStreamNotReady reports whether err is how JetStream answers while it cannot serve
+// yet: a request that timed out or found no responder, or a 503 (no meta leader, or
+// an asset's group still electing its leader).
+func jetStreamNotReady(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.Code == http.StatusServiceUnavailable
+	}
+	return false
 }
 
 func closePool(pool *sandboxpool.Pool, log *slog.Logger) {

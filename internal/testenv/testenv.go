@@ -7,9 +7,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +32,47 @@ var (
 	imageOnce sync.Once
 	image     imagebuild.Image
 	imageErr  error
+
+	binMu  sync.Mutex           // guards binDir and bins
+	binDir string               // holds the binaries StaticBinary built; removed by Main
+	bins   = map[string]error{} // by package: the build's error, nil once built
 )
+
+// StaticBinary builds the main package pkg ("./cmd/worker", relative to the
+// repository root, or a module path such as github.com/nats-io/nats-server/v2) with
+// CGO_ENABLED=0, once per test binary, and returns the executable's path. A static
+// executable runs as a process of the test or in an image FROM scratch.
+func StaticBinary(t testing.TB, pkg string) string {
+	t.Helper()
+	binMu.Lock()
+	defer binMu.Unlock()
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "jazzmine-test-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		binDir = dir
+	}
+	path := filepath.Join(binDir, strings.NewReplacer("/", "_", ".", "_").Replace(pkg))
+	err, built := bins[pkg]
+	if !built {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", path, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Dir = RepoRoot()
+		if out, berr := cmd.CombinedOutput(); berr != nil {
+			err = fmt.Errorf("go build %s: %v\n%s", pkg, berr, out)
+		}
+		bins[pkg] = err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// WorkerBinary is the static `worker` executable (cmd/worker), built once per test
+// binary.
+func WorkerBinary(t testing.TB) string { return StaticBinary(t, "./cmd/worker") }
 
 // Docker returns a client for the local engine, shared by the tests of a package.
 // Without an engine the test is skipped, or fails when JAZZMINE_REQUIRE_DOCKER=1 (as
@@ -146,6 +188,9 @@ func NATS(t testing.TB) (*server.Server, *nats.Conn) {
 func Main(m *testing.M) {
 	code := m.Run()
 	CloseDocker()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

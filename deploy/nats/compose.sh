@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs docker-compose.yml (three NATS nodes, two workers) under the project name
+# jazzmine (COMPOSE_PROJECT_NAME changes it). `make compose-up` and `make compose-down`
+# call it after building the images.
+#
+#   compose.sh up     render run/worker.yaml, start everything, wait until both
+#                     workers serve, print the NATS_URL agents use
+#   compose.sh down   stop and remove the containers (the workers remove their
+#                     sandboxes); the JetStream volumes are kept (WIPE=1 removes them)
+#   compose.sh ps | logs [service...]
+#
+# Environment: JAZZMINE_DATA_DIR, the host directory sandboxes see at /data (default
+# deploy/nats/data, created world-writable: sandboxes run as uid 10001);
+# JAZZMINE_NATS_PORT_1..3, the loopback ports of the nodes (4222, 4223, 4224).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-jazzmine}
+
+log() { printf 'compose: %s\n' "$*" >&2; }
+die() { printf 'compose: error: %s\n' "$*" >&2; exit 1; }
+
+compose() {
+  if command -v docker-compose >/dev/null 2>&1; then
+    docker-compose --file "$here/docker-compose.yml" "$@"
+  else
+    docker compose --file "$here/docker-compose.yml" "$@"
+  fi
+}
+
+# render writes run/worker.yaml with the data directory's absolute host path, which
+# host_path_map needs and which the compose file cannot give it.
+render() {
+  local data=${JAZZMINE_DATA_DIR:-$here/data}
+  if [ ! -d "$data" ]; then
+    mkdir -p "$data"
+    chmod 0777 "$data"
+  fi
+  data=$(cd "$data" && pwd)
+  export JAZZMINE_DATA_DIR=$data
+  mkdir -p "$here/run"
+  sed "s|@HOST_DATA_DIR@|$data|" "$here/worker.yaml" >"$here/run/worker.yaml"
+  log "sandboxes mount $data at /data (host_path_map /data: $data)"
+}
+
+nats_url() {
+  echo "nats://127.0.0.1:${JAZZMINE_NATS_PORT_1:-4222},nats://127.0.0.1:${JAZZMINE_NATS_PORT_2:-4223},nats://127.0.0.1:${JAZZMINE_NATS_PORT_3:-4224}"
+}
+
+case "${1:-}" in
+up)
+  render
+  compose up -d
+  log "waiting for both workers to serve (the first start builds the sandbox image)"
+  deadline=$((SECONDS + ${WAIT_SECONDS:-300}))
+  for w in worker-1 worker-2; do
+    until compose logs --no-color "$w" 2>/dev/null | grep -q '"msg":"serving"'; do
+      if [ $SECONDS -ge $deadline ]; then
+        compose logs --no-color --tail 30 "$w" >&2 || true
+        die "$w does not serve yet; see: $0 logs $w"
+      fi
+      sleep 2
+    done
+  done
+  log "serving. Submit a job with:"
+  echo "NATS_URL=$(nats_url) ./bin/worker submit -e 'emit_result(6*7)'"
+  ;;
+down)
+  render # the compose file names run/worker.yaml and the data directory
+  if [ "${WIPE:-0}" = 1 ]; then
+    compose down --volumes
+  else
+    compose down
+  fi
+  ;;
+ps | logs)
+  render
+  compose "$@"
+  ;;
+*)
+  die "usage: compose.sh up|down|ps|logs [service...]"
+  ;;
+esac

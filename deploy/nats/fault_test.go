@@ -1,0 +1,642 @@
+package nats_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	mobyclient "github.com/moby/moby/client"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/client"
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/sandboxpool"
+	"github.com/jazzmine/worker/wire"
+	"github.com/jazzmine/worker/worker"
+)
+
+// The fault test's load: faultJobs jobs from faultAgents agents, each following up to
+// agentWindow executions at once, on two workers of four container slots each.
+const (
+	faultJobs   = 1000
+	faultAgents = 8
+	agentWindow = 8
+	// The kills land while jobs run: the worker after killWorkerAfter results, the
+	// NATS server after killServerAfter.
+	killWorkerAfter = 200
+	killServerAfter = 400
+)
+
+// TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie runs three nats-server processes
+// (deploy/nats/cluster.conf) and two `worker serve` processes with replicas: 3, and
+// 1,000 jobs from eight concurrent agents. While the jobs run it kills one worker with
+// SIGKILL, then, with SIGKILL too and for good, the NATS server that leads both
+// streams and the jobs consumer (the harshest loss of one node: no leadership handed
+// over, three elections). Every job must end with its own result; the test reports
+// how many ran more than once (started in more than one attempt). The dead worker's
+// containers must be reaped by the survivor, and a container of a worker of another
+// fleet on the same Docker host must be left alone.
+func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault test runs 1,000 jobs; -short skips it")
+	}
+	began := time.Now()
+	img := testenv.SandboxImage(t) // built once, before two workers race to build it
+	servers := startCluster(t, 3)
+	var urls []string
+	for _, s := range servers {
+		urls = append(urls, s.url)
+	}
+	natsURL := strings.Join(urls, ",")
+	foreign := createForeignContainer(t, img.Tag)
+
+	// The workers start while the cluster may still be electing its meta leader, as
+	// in a fleet started together with its cluster: they wait for JetStream.
+	config := writeWorkerConfig(t)
+	suffix := time.Now().UnixNano() % 1_000_000
+	var workers []*process
+	for _, name := range []string{"a", "b"} {
+		id := fmt.Sprintf("fault-%s-%d", name, suffix)
+		t.Cleanup(func() { removeContainersOf(t, id) }) // after the process is gone
+		workers = append(workers, start(t, id, 90*time.Second, []string{"NATS_URL=" + natsURL}, testenv.WorkerBinary(t),
+			"serve", "--config", config, "--worker-id", id, "--metrics-addr", "127.0.0.1:0"))
+	}
+	for _, w := range workers {
+		w.waitUntil(t, 3*time.Minute, w.name+" to serve", func() bool { return strings.Contains(w.log.String(), "msg=serving") })
+	}
+	observer := connect(t, natsURL, "observer")
+	js, err := jetstream.New(observer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReplicas(t, js)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	load := &faultLoad{results: map[string]*client.Result{}}
+	jobs := faultJobList()
+	var agents sync.WaitGroup
+	agentsDone := make(chan struct{})
+	loadStart := time.Now()
+	for g := range faultAgents {
+		agents.Add(1)
+		go func() {
+			defer agents.Done()
+			load.agent(ctx, natsURL, g, jobs[g*len(jobs)/faultAgents:(g+1)*len(jobs)/faultAgents])
+		}()
+	}
+	go func() { agents.Wait(); close(agentsDone) }()
+	t.Cleanup(func() { cancel(); <-agentsDone }) // no agent outlives the test, even a failed one
+	after := func(n int64) bool {
+		for load.done.Load() < n {
+			select {
+			case <-agentsDone:
+				return false
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		return true
+	}
+
+	if !after(killWorkerAfter) {
+		t.Fatalf("the agents ended before the worker was killed: %s", load.failureSummary())
+	}
+	victim := workers[0]
+	victim.kill(t)
+	workerKilled := fault{what: "worker " + victim.name, after: load.done.Load(), at: time.Since(loadStart)}
+	if len(containersOf(t, victim.name)) == 0 {
+		t.Fatal("the killed worker left no container: the reaper check below would prove nothing")
+	}
+
+	if !after(killServerAfter) {
+		t.Fatalf("the agents ended before the NATS server was killed: %s", load.failureSummary())
+	}
+	// The server to kill leads the jobs stream; the events stream and the consumer
+	// are led there too first, so that one kill costs every part a new leader.
+	leaders := leadersOf(t, js)
+	var doomed *natsServer
+	for _, s := range servers {
+		if s.name == leaders[wire.StreamExec] {
+			doomed = s
+		}
+	}
+	if doomed == nil {
+		t.Fatalf("no server leads %s: leaders %v", wire.StreamExec, leaders)
+	}
+	leaders = gatherLeaders(t, observer, js, doomed.name)
+	doomed.kill(t)
+	serverKilled := fault{what: fmt.Sprintf("NATS server %s (leader of %s)", doomed.name, describeLeaders(leaders, doomed.name)),
+		after: load.done.Load(), at: time.Since(loadStart)}
+
+	<-agentsDone
+	loadTook := time.Since(loadStart)
+	for _, f := range load.failures {
+		t.Error(f)
+	}
+	if n := len(load.results); n != faultJobs {
+		t.Errorf("%d of %d jobs ended with a result", n, faultJobs)
+	}
+
+	// Nothing may still be queued or running before the events are counted: a late
+	// redelivery would run a job once more.
+	drained := waitUntil(2*time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		stream, err := js.Stream(ctx, wire.StreamExec)
+		if err != nil {
+			return false
+		}
+		info, err := stream.Info(ctx)
+		if err != nil || info.State.Msgs != 0 {
+			return false
+		}
+		cons, err := stream.Consumer(ctx, wire.ConsumerName("default"))
+		if err != nil {
+			return false
+		}
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
+	})
+	if !drained {
+		t.Errorf("jobs still queued or unacknowledged 2 minutes after the load: %s", backlog(js))
+	}
+	runs := readHistories(t, js)
+	var ranTwice, doneTwice, movedFromVictim int
+	for _, job := range jobs {
+		h := runs[job.ExecutionID]
+		if h == nil || len(h.done) == 0 {
+			t.Errorf("job %s has no script_done in the events stream; its events: %s", job.ExecutionID, h)
+			continue
+		}
+		res := load.results[job.ExecutionID]
+		if res == nil {
+			t.Errorf("job %s has a script_done, but its agent did not get it; its events: %s", job.ExecutionID, h)
+			continue
+		}
+		if len(h.started) > 1 {
+			ranTwice++
+		}
+		if len(h.done) > 1 {
+			doneTwice++
+		}
+		if slices.Contains(slices.Collect(maps.Values(h.started)), victim.name) && res.WorkerID != victim.name && res.Attempt > 1 {
+			movedFromVictim++
+		}
+	}
+	if movedFromVictim == 0 {
+		t.Error("no job that the killed worker was running was finished by the other: the kill did not land mid-job, and the test proved nothing")
+	}
+
+	waitFor(t, time.Minute, "the dead worker's containers to be removed", func() bool { return len(containersOf(t, victim.name)) == 0 })
+	if _, err := testenv.Docker(t).ContainerInspect(context.Background(), foreign, mobyclient.ContainerInspectOptions{}); err != nil {
+		t.Errorf("the container of another fleet's worker was removed: %v", err)
+	}
+
+	t.Logf("%s killed with SIGKILL after %d results (%v into the load)", workerKilled.what, workerKilled.after, workerKilled.at.Round(time.Millisecond))
+	t.Logf("%s killed with SIGKILL after %d results (%v into the load), not restarted", serverKilled.what, serverKilled.after, serverKilled.at.Round(time.Millisecond))
+	t.Logf("jobs the killed worker was running, finished by the other: %d", movedFromVictim)
+	t.Logf("agents: %d submissions tried again, %d executions followed again, %d events consumers replaced by the client",
+		load.submitRetries.Load(), load.followRetries.Load(), load.consumerResumes.Load())
+	t.Logf("workers: %d times events were sent again to a stream that could not store them yet", strings.Count(workers[1].log.String(), "events not stored yet"))
+	t.Logf("SUMMARY fault test: %d jobs from %d agents, every one ended with its own result, none lost; %d ran more than once (%d with more than one script_done); load %v, whole test %v",
+		faultJobs, faultAgents, ranTwice, doneTwice, loadTook.Round(time.Millisecond), time.Since(began).Round(time.Second))
+}
+
+// faultJobList returns the jobs: a third of them sleep 20 to 59 ms, so that the kills
+// find scripts running; each emits a result with its number, which its metadata
+// holds too.
+func faultJobList() []wire.Job {
+	suffix := time.Now().UnixNano() % 1_000_000
+	var jobs []wire.Job
+	for i := range faultJobs {
+		script := fmt.Sprintf("emit_result({'job': %d})", i)
+		if i%3 == 0 {
+			script = fmt.Sprintf("import time\ntime.sleep(0.%02d)\n", 20+i%40) + script
+		}
+		jobs = append(jobs, wire.Job{ExecutionID: fmt.Sprintf("fault-%d-%04d", suffix, i), Sandbox: "default", Script: script, TimeoutSec: 30,
+			Metadata: map[string]string{"job": fmt.Sprint(i)}})
+	}
+	return jobs
+}
+
+// faultLoad is the agents' side of the fault test.
+type faultLoad struct {
+	done          atomic.Int64 // jobs that ended, with a result or a failure
+	submitRetries atomic.Int64 // submissions tried again after an error
+	followRetries atomic.Int64 // executions followed again after reading their events failed
+	// consumerResumes counts the events consumers the client replaced, lost with
+	// their server (the client logs each at debug level).
+	consumerResumes atomic.Int64
+
+	mu       sync.Mutex // guards the fields below
+	results  map[string]*client.Result
+	failures []string
+}
+
+// agent runs its jobs, agentWindow at a time, over its own connection to the
+// cluster, as a separate agent process would.
+func (l *faultLoad) agent(ctx context.Context, natsURL string, g int, jobs []wire.Job) {
+	nc, err := nats.Connect(natsURL, nats.Name(fmt.Sprintf("agent-%d", g)), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		l.fail(fmt.Sprintf("agent %d: connect: %v", g, err))
+		return
+	}
+	defer nc.Close()
+	ct := wire.ContentTypeMsgpack
+	if g%2 == 1 {
+		ct = wire.ContentTypeJSON
+	}
+	c, err := client.New(client.Config{Conn: nc, ContentType: ct, Logger: slog.New(&resumeCounter{n: &l.consumerResumes})})
+	if err != nil {
+		l.fail(fmt.Sprintf("agent %d: %v", g, err))
+		return
+	}
+	window := make(chan struct{}, agentWindow)
+	var wg sync.WaitGroup
+	for _, job := range jobs {
+		select {
+		case window <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-window; wg.Done() }()
+			var notes []string
+			res, err := l.run(ctx, c, job, &notes)
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			switch {
+			case err != nil:
+				l.failures = append(l.failures, fmt.Sprintf("job %s: %v (agent %d: %s)", job.ExecutionID, err, g, strings.Join(notes, "; ")))
+			case !res.Success:
+				l.failures = append(l.failures, fmt.Sprintf("job %s: attempt %d on %s failed: %s: %s", job.ExecutionID, res.Attempt, res.WorkerID, res.ErrorKind, res.Error))
+			default:
+				got, _ := json.Marshal(res.FinalData)
+				if want := fmt.Sprintf(`{"job":%s}`, job.Metadata["job"]); string(got) != want {
+					l.failures = append(l.failures, fmt.Sprintf("job %s: result %s, want %s", job.ExecutionID, got, want))
+				}
+			}
+			if err == nil {
+				l.results[job.ExecutionID] = res
+			}
+			l.done.Add(1)
+		}()
+	}
+	wg.Wait()
+}
+
+// run submits the job and waits for its result, the way an agent that must not lose
+// a job does: a submission that failed (the server it talked to went away before it
+// acknowledged) is tried again with the same execution id, which the jobs stream's
+// duplicate window makes safe; an execution whose events could not be read is
+// followed again the same way (the stream drops the job as a duplicate and the new
+// Execution reads the events from the first).
+func (l *faultLoad) run(ctx context.Context, c *client.Client, job wire.Job, notes *[]string) (*client.Result, error) {
+	note := func(format string, args ...any) {
+		*notes = append(*notes, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
+	}
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		exe, err := c.Submit(sctx, job)
+		cancel()
+		if err == nil {
+			note("submitted (duplicate %v)", exe.Duplicate)
+		} else {
+			note("submit: %v", err)
+		}
+		if err != nil {
+			if errors.Is(err, wire.ErrInvalidJob) || ctx.Err() != nil {
+				return nil, err
+			}
+			l.submitRetries.Add(1)
+			select {
+			case <-time.After(250 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, err
+			}
+			continue
+		}
+		res, err := exe.Wait(ctx)
+		exe.Close()
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("no result in time: %w", err)
+		}
+		note("wait: %v", err)
+		l.followRetries.Add(1)
+	}
+}
+
+func (l *faultLoad) fail(msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failures = append(l.failures, msg)
+}
+
+func (l *faultLoad) failureSummary() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.failures) == 0 {
+		return "no failures"
+	}
+	return fmt.Sprintf("%d failures, the first: %s", len(l.failures), l.failures[0])
+}
+
+// resumeCounter is a slog.Handler that counts the client's records of an events
+// consumer replaced, and drops every record.
+type resumeCounter struct{ n *atomic.Int64 }
+
+func (h *resumeCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h *resumeCounter) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *resumeCounter) WithGroup(string) slog.Handler            { return h }
+func (h *resumeCounter) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "new events consumer") {
+		h.n.Add(1)
+	}
+	return nil
+}
+
+type fault struct {
+	what  string
+	after int64
+	at    time.Duration
+}
+
+// writeWorkerConfig writes the workers' config: the example sandbox, everything on
+// three replicas, and failures noticed in seconds (a job whose worker died is
+// redelivered after 5 s; a dead worker's containers are reaped 6 s after its last
+// heartbeat). max_ack_pending is the fleet's capacity: two workers of four slots.
+func writeWorkerConfig(t *testing.T) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`worker:
+  replicas: 3
+  ack_wait: 5s
+  heartbeat: 1s
+  liveness_ttl: 6s
+  reap_interval: 1s
+  reap_min_age: 1ms
+  shutdown_grace: 10s
+  max_ack_pending: {default: 8}
+sandboxes:
+  default:
+    tools: [%q]
+    pool: {size: 2, max_overflow: 2}
+`, filepath.Join(testenv.RepoRoot(), "examples", "tools", "*.py"))
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// createForeignContainer creates (without starting it) a container labelled as the
+// pool labels its own, for a worker of another fleet that this cluster never knew.
+func createForeignContainer(t *testing.T, image string) string {
+	t.Helper()
+	ctx := context.Background()
+	res, err := testenv.Docker(t).ContainerCreate(ctx, mobyclient.ContainerCreateOptions{
+		Config: &container.Config{Image: image, Cmd: []string{"true"}, Labels: map[string]string{
+			sandboxpool.LabelManaged: "true",
+			sandboxpool.LabelWorker:  fmt.Sprintf("another-fleet-%d", time.Now().UnixNano()),
+			sandboxpool.LabelSandbox: "default",
+			"jazzmine.test":          "deploy",
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = testenv.Docker(t).ContainerRemove(context.Background(), res.ID, mobyclient.ContainerRemoveOptions{Force: true})
+	})
+	return res.ID
+}
+
+// connect opens a connection to the cluster for the test itself.
+func connect(t *testing.T, natsURL, name string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(natsURL, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// checkReplicas asserts that the streams, the consumer and the buckets the workers
+// created have three replicas, each on its own node.
+func checkReplicas(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, name := range []string{wire.StreamExec, wire.StreamEvents, "KV_" + worker.BucketWorkers, "KV_" + worker.BucketFleet, "KV_" + worker.BucketCancels} {
+		stream, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatalf("stream %s: %v", name, err)
+		}
+		info := stream.CachedInfo()
+		if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+			t.Errorf("stream %s: %d replicas configured, cluster %+v; want 3 on three nodes", name, info.Config.Replicas, info.Cluster)
+		}
+	}
+	cons, err := js.Consumer(ctx, wire.StreamExec, wire.ConsumerName("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := cons.CachedInfo(); info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 || info.Config.MaxAckPending != 8 {
+		t.Errorf("consumer %s: %d replicas configured, cluster %+v, max ack pending %d; want 3 on three nodes and 8",
+			info.Name, info.Config.Replicas, info.Cluster, info.Config.MaxAckPending)
+	}
+}
+
+// gatherLeaders asks the leaders of the events stream and of the jobs consumer to
+// hand their leadership to the server named target, and returns the leaders after
+// (some may have stayed where they were: the test goes on with those).
+func gatherLeaders(t *testing.T, nc *nats.Conn, js jetstream.JetStream, target string) map[string]string {
+	t.Helper()
+	consumer := "consumer " + wire.ConsumerName("default")
+	stepdown := map[string]string{
+		wire.StreamEvents: "$JS.API.STREAM.LEADER.STEPDOWN." + wire.StreamEvents,
+		consumer:          "$JS.API.CONSUMER.LEADER.STEPDOWN." + wire.StreamExec + "." + wire.ConsumerName("default"),
+	}
+	req := fmt.Appendf(nil, `{"placement":{"preferred":%q}}`, target)
+	for what, subject := range stepdown {
+		if leadersOf(t, js)[what] == target {
+			continue
+		}
+		if _, err := nc.Request(subject, req, 5*time.Second); err != nil {
+			t.Logf("move the leader of %s to %s: %v", what, target, err)
+		}
+	}
+	var leaders map[string]string
+	waitUntil(10*time.Second, func() bool {
+		l, err := tryLeadersOf(js)
+		if err == nil {
+			leaders = l
+		}
+		return err == nil && leaders[wire.StreamEvents] == target && leaders[consumer] == target
+	})
+	if leaders == nil {
+		leaders = leadersOf(t, js)
+	}
+	return leaders
+}
+
+// leadersOf returns the name of the server leading each of the streams and the
+// consumer, by their names, retrying for a while (a group electing its leader
+// answers 503 meanwhile).
+func leadersOf(t *testing.T, js jetstream.JetStream) map[string]string {
+	t.Helper()
+	var leaders map[string]string
+	var err error
+	if !waitUntil(30*time.Second, func() bool { leaders, err = tryLeadersOf(js); return err == nil }) {
+		t.Fatalf("find the leaders: %v", err)
+	}
+	return leaders
+}
+
+func tryLeadersOf(js jetstream.JetStream) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	leaders := map[string]string{}
+	for _, name := range []string{wire.StreamExec, wire.StreamEvents} {
+		stream, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		if c := stream.CachedInfo().Cluster; c != nil {
+			leaders[name] = c.Leader
+		}
+	}
+	cons, err := js.Consumer(ctx, wire.StreamExec, wire.ConsumerName("default"))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	if c := cons.CachedInfo().Cluster; c != nil {
+		leaders["consumer "+wire.ConsumerName("default")] = c.Leader
+	}
+	return leaders, nil
+}
+
+func describeLeaders(leaders map[string]string, server string) string {
+	var led []string
+	for what, who := range leaders {
+		if who == server {
+			led = append(led, what)
+		}
+	}
+	slices.Sort(led)
+	return strings.Join(led, ", ")
+}
+
+// history is what the events stream says of one execution.
+type history struct {
+	started map[int]string // worker by attempt, for the attempts that started the script
+	done    map[int]bool   // attempts with a script_done
+	events  []string       // every event, for a failure's message
+}
+
+func (h *history) String() string {
+	if h == nil {
+		return "none"
+	}
+	return strings.Join(h.events, " ")
+}
+
+// waitUntil polls cond until it holds or the time is up, and says which.
+func waitUntil(within time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return true
+}
+
+// backlog describes the jobs stream and its consumer, for a failure's message.
+func backlog(js jetstream.JetStream) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, wire.StreamExec)
+	if err != nil {
+		return err.Error()
+	}
+	cons, err := stream.Consumer(ctx, wire.ConsumerName("default"))
+	if err != nil {
+		return err.Error()
+	}
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("stream %+v; consumer: pending %d, ack pending %d, redelivered %d, waiting %d, delivered %+v, ack floor %+v",
+		stream.CachedInfo().State, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered, ci.AckFloor)
+}
+
+// readHistories reads every event in the events stream.
+func readHistories(t *testing.T, js jetstream.JetStream) map[string]*history {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stream, err := js.Stream(ctx, wire.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := stream.CachedInfo().State.Msgs
+	cons, err := js.OrderedConsumer(ctx, wire.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AllEventsWildcard}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := map[string]*history{}
+	for read := uint64(0); read < total; {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatalf("read events: %v", err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			ev, err := wire.DecodeEvent(msg.Headers().Get(wire.HeaderContentType), msg.Data())
+			if err != nil {
+				t.Fatalf("decode an event on %s: %v", msg.Subject(), err)
+			}
+			h := runs[ev.ExecutionID]
+			if h == nil {
+				h = &history{started: map[int]string{}, done: map[int]bool{}}
+				runs[ev.ExecutionID] = h
+			}
+			meta, _ := msg.Metadata()
+			h.events = append(h.events, fmt.Sprintf("[%s a%d #%d %s %s seq %d]", ev.Type, ev.Attempt, ev.Seq, ev.WorkerID, ev.Time.Format("15:04:05.000"), meta.Sequence.Stream))
+			switch ev.Type {
+			case wire.EventStarted:
+				h.started[ev.Attempt] = ev.WorkerID
+			case wire.EventScriptDone:
+				h.done[ev.Attempt] = true
+			}
+		}
+		if n == 0 {
+			t.Fatalf("read %d of the %d events: %v", read, total, batch.Error())
+		}
+		read += uint64(n)
+	}
+	return runs
+}

@@ -1,0 +1,81 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The delays between two tries to store an execution's events.
+const (
+	storeMinDelay = 250 * time.Millisecond
+	storeMaxDelay = 5 * time.Second
+)
+
+// storeEvents waits until the events stream has stored every event p published.
+// While the stream cannot store them for now (the server that led it was lost and a
+// new leader is being elected, or the worker's connection is failing over), it sends
+// the same messages again, whose Nats-Msg-Id makes the stream keep each one once, and
+// waits again, a little longer each time, until they are stored, a failure that is
+// not of that kind, or the end of the worker's grace period at shutdown. Meanwhile
+// the job's heartbeat keeps it this worker's. Without this, a failover of a few
+// seconds used up every delivery of the jobs it caught (each ran again, and failed
+// to store its events again) and left them without any event.
+func (w *Worker) storeEvents(p *publisher, log *slog.Logger) error {
+	delay := storeMinDelay
+	for {
+		ctx, cancel := w.publishContext()
+		err := p.wait(ctx)
+		cancel()
+		if err == nil || p.unsent || !storeFailureIsTransient(err) {
+			return err
+		}
+		log.Warn("events not stored yet; sending them again", "execution_id", p.id, "events", len(p.pending), "in", delay, "err", err)
+		select {
+		case <-time.After(delay):
+		case <-w.jobs.Done():
+			return err
+		}
+		delay = min(2*delay, storeMaxDelay)
+		p.republish()
+	}
+}
+
+// republish sends every event whose ack is pending again, as a new message (the old
+// one's reply subject belongs to the old ack).
+func (p *publisher) republish() {
+	sent := p.pending
+	p.pending, p.err = nil, nil
+	for i, f := range sent {
+		old := f.Msg()
+		nf, err := p.js.PublishMsgAsync(&nats.Msg{Subject: old.Subject, Header: old.Header, Data: old.Data})
+		if err != nil {
+			// The rest stays pending as it was: the next try sends it again.
+			p.pending = append(p.pending, sent[i:]...)
+			p.err = fmt.Errorf("publish the events of %s again: %w", p.id, err)
+			return
+		}
+		p.pending = append(p.pending, nf)
+	}
+}
+
+// storeFailureIsTransient reports whether a failure to store events is one that
+// passes by itself: no answer, or an answer that the stream cannot take messages now.
+func storeFailureIsTransient(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrAsyncPublishTimeout),
+		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrTooManyStalledMsgs):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.Code == http.StatusServiceUnavailable
+	}
+	return false
+}
