@@ -244,10 +244,10 @@ func (r *report) throughput(all map[string]*series) error {
 	}
 	r.p("")
 	aimLine := plotter.XYs{{X: rate[0].X, Y: 300}, {X: rate[len(rate)-1].X, Y: 300}}
-	if err := linePlot(filepath.Join(r.plots, "throughput."+plotExt), "Throughput, pool of 4", "agents", "jobs/s", map[string]plotter.XYs{"jobs/s": rate, "aim: 300 jobs/s": aimLine}); err != nil {
+	if err := linePlot(filepath.Join(r.plots, "throughput."+plotExt), "Throughput, pool of 4", "agents", "jobs/s", map[string]plotter.XYs{"jobs/s": rate, "aim: 300 jobs/s": aimLine}, false); err != nil {
 		return err
 	}
-	if err := linePlot(filepath.Join(r.plots, "throughput-latency."+plotExt), "Latency as agents grow, pool of 4", "agents", "ms", map[string]plotter.XYs{"median": p50, "p99": p99}); err != nil {
+	if err := linePlot(filepath.Join(r.plots, "throughput-latency."+plotExt), "Latency as agents grow, pool of 4", "agents", "ms", map[string]plotter.XYs{"median": p50, "p99": p99}, true); err != nil {
 		return err
 	}
 	r.p("![throughput](bench/throughput.%s) ![latency as agents grow](bench/throughput-latency.%s)", plotExt, plotExt)
@@ -410,7 +410,9 @@ func boxPlot(file, title string, labels []string, data []*series) error {
 	return p.Save(vg.Length(160*len(labels)+80), 10*vg.Centimeter, file)
 }
 
-func linePlot(file, title, x, y string, lines map[string]plotter.XYs) error {
+// linePlot draws lines over a log x axis ticked at their points; the legend goes
+// top left when legendTop (where rising lines leave room), else bottom right.
+func linePlot(file, title, x, y string, lines map[string]plotter.XYs, legendTop bool) error {
 	p := newPlot(title)
 	p.X.Label.Text, p.Y.Label.Text = x, y
 	p.Y.Min = 0
@@ -441,7 +443,7 @@ func linePlot(file, title, x, y string, lines map[string]plotter.XYs) error {
 	}
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
-	p.Legend.Left = true
+	p.Legend.Top, p.Legend.Left = legendTop, legendTop
 	return p.Save(12*vg.Centimeter, 9*vg.Centimeter, file)
 }
 
