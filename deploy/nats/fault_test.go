@@ -82,7 +82,7 @@ func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkReplicas(t, js)
+	checkReplicas(t, js, 8)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -441,8 +441,9 @@ func connect(t *testing.T, natsURL, name string) *nats.Conn {
 }
 
 // checkReplicas asserts that the streams, the consumer and the buckets the workers
-// created have three replicas, each on its own node.
-func checkReplicas(t *testing.T, js jetstream.JetStream) {
+// created have three replicas, each on its own node, and the consumer the fleet's
+// MaxAckPending.
+func checkReplicas(t *testing.T, js jetstream.JetStream, maxAckPending int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -460,9 +461,9 @@ func checkReplicas(t *testing.T, js jetstream.JetStream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info := cons.CachedInfo(); info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 || info.Config.MaxAckPending != 8 {
-		t.Errorf("consumer %s: %d replicas configured, cluster %+v, max ack pending %d; want 3 on three nodes and 8",
-			info.Name, info.Config.Replicas, info.Cluster, info.Config.MaxAckPending)
+	if info := cons.CachedInfo(); info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 || info.Config.MaxAckPending != maxAckPending {
+		t.Errorf("consumer %s: %d replicas configured, cluster %+v, max ack pending %d; want 3 on three nodes and %d",
+			info.Name, info.Config.Replicas, info.Cluster, info.Config.MaxAckPending, maxAckPending)
 	}
 }
 
