@@ -17,10 +17,10 @@ import (
 // A goroutine reads the execution's events from JetStream (an ordered
 // consumer on JAZZMINE_EVENTS that starts at the execution's first event
 // and survives reconnects and the loss of the server that held it), folds
-// each into the result and hands it to the Events channel. It ends after the first script_done, whatever its attempt,
-// or at [Execution.Close]. Close must be called (once the result is in is
-// fine; [Client.Run] does it): until then the goroutine waits for someone to
-// read the events.
+// each into the result and hands it to the Events channel. It ends after
+// the first script_done, whatever its attempt, or at [Execution.Close].
+// Close must be called (once the result is in is fine; [Client.Run] does
+// it): until then the goroutine waits for someone to read the events.
 //
 // There are two ways to read an execution, and they combine:
 //   - [Execution.Wait] alone: it reads and discards the events and returns
