@@ -172,7 +172,7 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 		if last {
 			if perr := p.terminal(wire.KindInfrastructure, fmt.Sprintf("gave up after %d deliveries: %s", attempt, msg)); perr != nil {
 				log.Warn("publish terminal event", "execution_id", job.ExecutionID, "err", perr)
-				return outUnstored, truncateReason(msg) // terminated, the job would end without its end
+				return outUnstored, truncateReason(msg) // not terminated: the max-deliveries advisory ends it
 			}
 		}
 		return outInfrastructure, truncateReason(msg)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -184,22 +185,29 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 // whose nodes have just started, or that has just lost a node, answers stream,
 // consumer and bucket requests with timeouts or 503s until its leaders are elected
 // (seconds); a fleet started together with its cluster would otherwise exit and wait
-// for a supervisor to restart it. Any other error (a config the server refuses) ends
-// the start at once, as does ctx.
+// for a supervisor to restart it. Workers that create the same replicated stream at
+// once get no answer at all, although the stream is made (nats-server issues 3677 and
+// 8350): each try is bounded, 2 s at first, the next finds the stream made, and the
+// delays between tries are random, so that workers started together stop creating the
+// next stream or bucket at the same moment. Any other error (a config the server
+// refuses) ends the start at once, as does ctx.
 func startWorker(ctx context.Context, w *worker.Worker, log *slog.Logger) error {
-	delay := 250 * time.Millisecond
+	delay, limit := 500*time.Millisecond, 2*time.Second
 	for {
-		err := w.Start(ctx)
+		tctx, cancel := context.WithTimeout(ctx, limit)
+		err := w.Start(tctx)
+		cancel()
 		if err == nil || !jetStreamNotReady(err) || ctx.Err() != nil {
 			return err
 		}
-		log.Warn("JetStream is not ready; trying again", "err", err, "in", delay)
+		wait := delay/2 + rand.N(delay) // from half the delay to one and a half
+		log.Warn("JetStream is not ready; trying again", "err", err, "in", wait)
 		select {
-		case <-time.After(delay):
+		case <-time.After(wait):
 		case <-ctx.Done():
 			return err
 		}
-		delay = min(2*delay, 5*time.Second)
+		delay, limit = min(2*delay, 5*time.Second), min(limit*3/2, 30*time.Second)
 	}
 }
 

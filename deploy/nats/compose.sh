@@ -11,7 +11,10 @@
 #
 # Environment: JAZZMINE_DATA_DIR, the host directory sandboxes see at /data (default
 # deploy/nats/data, created world-writable: sandboxes run as uid 10001);
-# JAZZMINE_NATS_PORT_1..3, the loopback ports of the nodes (4222, 4223, 4224).
+# JAZZMINE_RUN_DIR, where the rendered config goes (default deploy/nats/run);
+# JAZZMINE_NATS_PORT_1..3, the loopback ports of the nodes (4222, 4223, 4224);
+# NATS_IMAGE and WORKER_IMAGE, the images (nats:<version>, jazzmine-worker:latest);
+# WAIT_SECONDS, how long `up` waits for the workers (300).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export COMPOSE_PROJECT_NAME=${COMPOSE_PROJECT_NAME:-jazzmine}
@@ -37,8 +40,10 @@ render() {
   fi
   data=$(cd "$data" && pwd)
   export JAZZMINE_DATA_DIR=$data
-  mkdir -p "$here/run"
-  sed "s|@HOST_DATA_DIR@|$data|" "$here/worker.yaml" >"$here/run/worker.yaml"
+  local run=${JAZZMINE_RUN_DIR:-$here/run}
+  mkdir -p "$run"
+  export JAZZMINE_CONFIG=$run/worker.yaml
+  sed "s|@HOST_DATA_DIR@|$data|" "$here/worker.yaml" >"$JAZZMINE_CONFIG"
   log "sandboxes mount $data at /data (host_path_map /data: $data)"
 }
 
