@@ -347,10 +347,12 @@ func TestOrphansOfDeadWorkersAreReapedAndLiveWorkersAreNot(t *testing.T) {
 		docker(t).ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
 	})
 	live := newPool(t, sandboxpool.Config{WorkerID: fmt.Sprintf("live-%d", time.Now().UnixNano()), Sandboxes: []sandboxpool.Sandbox{sandbox(t, "o", 1, 0)}})
-	// A worker that may still be starting keeps its young containers.
+	// A worker that may still be starting keeps its young containers. Only deadID
+	// is dead: the reapers of this test must not touch the containers of tests that
+	// run beside it, in this package or another.
 	newPool(t, sandboxpool.Config{
 		Sandboxes:   []sandboxpool.Sandbox{sandbox(t, "o", 0, 1)},
-		WorkerAlive: func(context.Context, string) (bool, error) { return false, nil },
+		WorkerAlive: func(_ context.Context, id string) (bool, error) { return id != deadID, nil },
 	})
 	if left := containersOf(t, deadID); len(left) != 1 {
 		t.Fatalf("a container younger than ReapMinAge was reaped: %v left", left)
@@ -364,7 +366,7 @@ func TestOrphansOfDeadWorkersAreReapedAndLiveWorkersAreNot(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			asked[id] = true
-			return id == live.WorkerID(), nil
+			return id != deadID, nil
 		},
 	})
 	if left := containersOf(t, deadID); len(left) != 0 {
