@@ -209,8 +209,8 @@ func (e *Execution) read() error {
 }
 
 // readLive reads the fast path. It returns ended when the execution ended
-// (its script_done, Close, or a connection closed for good) with why it
-// ended without a result, or not ended when the stream must take over.
+// (its script_done, or Close) with why it ended without a result, or not
+// ended when the stream must take over (a closed connection shows there).
 func (e *Execution) readLive() (ended bool, err error) {
 	for {
 		var msg *nats.Msg
@@ -247,7 +247,7 @@ func (e *Execution) readLive() (ended bool, err error) {
 // readStream reads the events stream from the execution's first event,
 // skipping what the fast path delivered.
 func (e *Execution) readStream() error {
-	ctx, cancel := context.WithTimeout(context.Background(), consumerDeleteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), resumeTimeout)
 	cons, iter, err := e.c.consume(ctx, e.ID)
 	cancel()
 	if err != nil {
