@@ -46,8 +46,9 @@ const (
 	// tries take at most about 21 s (10 s each, 1 s apart).
 	consumerResetAttempts = 2
 
-	// resumeTimeout bounds the creation of a new events consumer by
-	// Execution.resume; resumeMinDelay and resumeMaxDelay space the tries.
+	// resumeTimeout bounds the creation of an events consumer: when an
+	// execution leaves the fast path, and each try of Execution.resume;
+	// resumeMinDelay and resumeMaxDelay space those tries.
 	resumeTimeout  = 10 * time.Second
 	resumeMinDelay = 250 * time.Millisecond
 	resumeMaxDelay = 5 * time.Second
