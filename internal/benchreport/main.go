@@ -145,7 +145,7 @@ func (r *report) latency(all map[string]*series) error {
 		{"jazzmine worker, containers never recycled", "BenchmarkEndToEnd/pool=2-no-recycling", "worker, no recycling"},
 		{"docker exec into a running container", "BenchmarkDockerExec", "docker exec"},
 		{"docker run --rm per call", "BenchmarkDockerRun", "docker run --rm"},
-		{"floor: one line through Docker's attach stream and back", "BenchmarkAttachFloor", "attach floor"},
+		{"floor: one line through Docker's attach stream and back, 5 ms apart", "BenchmarkAttachFloor", "attach floor"},
 	}
 	r.p("## A trivial job, one agent")
 	r.p("")
