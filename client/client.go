@@ -172,7 +172,7 @@ func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
 		return nil, fmt.Errorf("submit execution %q: %w", id, err)
 	}
 
-	e, err := c.follow(id, job.Sandbox)
+	e, err := c.follow(ctx, id, job.Sandbox)
 	if err != nil {
 		return nil, fmt.Errorf("submit execution %q: %w", id, err)
 	}
@@ -203,11 +203,20 @@ func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
 
 // follow subscribes to the events of execution id and starts the goroutine
 // that reads them. The subscription is a plain one (the fast path, see
-// [Execution]); it is in place on the server before the job is published,
-// because the server handles a connection's messages in order.
-func (c *Client) follow(id, sandbox string) (*Execution, error) {
+// [Execution]), or the events stream's consumer when LiveWindow is negative;
+// either is in place on the server before the job is published, because the
+// server handles a connection's messages in order.
+func (c *Client) follow(ctx context.Context, id, sandbox string) (*Execution, error) {
 	e := newExecution(c, id, sandbox)
-	if c.liveWindow > 0 {
+	if c.liveWindow <= 0 {
+		// The stream from the start: its consumer exists before the job does, and
+		// a missing stream is Submit's error.
+		cons, iter, err := c.consume(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		e.cons, e.iter = cons, iter
+	} else {
 		// A channel of our own, small: SubscribeSync would allocate one of
 		// SubChanLen (64 Ki) entries per execution. When it is full the
 		// connection drops a message, a gap the fast path sees.

@@ -245,17 +245,20 @@ func (e *Execution) readLive() (ended bool, err error) {
 }
 
 // readStream reads the events stream from the execution's first event,
-// skipping what the fast path delivered.
+// skipping what the fast path delivered. Its consumer is made here, unless
+// follow made it.
 func (e *Execution) readStream() error {
-	ctx, cancel := context.WithTimeout(context.Background(), resumeTimeout)
-	cons, iter, err := e.c.consume(ctx, e.ID)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("read the events of execution %q: %w", e.ID, err)
+	if e.iter == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), resumeTimeout)
+		cons, iter, err := e.c.consume(ctx, e.ID)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("read the events of execution %q: %w", e.ID, err)
+		}
+		e.mu.Lock()
+		e.cons, e.iter = cons, iter
+		e.mu.Unlock()
 	}
-	e.mu.Lock()
-	e.cons, e.iter = cons, iter
-	e.mu.Unlock()
 	select {
 	case <-e.closing: // Close came before iter was set: it did not stop it
 		return e.closedError()
