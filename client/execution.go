@@ -203,6 +203,8 @@ func (e *Execution) read() error {
 		if ended {
 			return err
 		}
+		// Now, not at the end: a subscription nobody reads would fill its channel
+		// and report a slow consumer on the connection.
 		_ = e.live.Unsubscribe()
 	}
 	return e.readStream()

@@ -105,25 +105,14 @@ func BenchmarkIsolation(b *testing.B) {
 				l.Release()
 			}
 			before := containersCPU(b, ids)
-			var lat []time.Duration
-			b.ResetTimer()
-			for i := range b.N {
-				b.StopTimer()
-				time.Sleep(callGap)
-				b.StartTimer()
-				t0 := time.Now()
+			lat := paced(b, func(i int) (*harness.Result, error) {
 				l, err := p.Checkout(ctx, "iso")
 				if err != nil {
-					b.Fatal(err)
+					return nil, err
 				}
-				res, err := l.Run(ctx, req(i), nil)
-				lat = append(lat, time.Since(t0))
-				l.Release()
-				if err != nil || !res.Success {
-					b.Fatalf("run: %v %+v", err, res)
-				}
-			}
-			b.StopTimer()
+				defer l.Release()
+				return l.Run(ctx, req(i), nil)
+			})
 			waitIdle(b, p, "iso", 2)
 			reportIsolation(b, lat, containersCPU(b, ids)-before)
 		})
@@ -141,20 +130,7 @@ func BenchmarkIsolation(b *testing.B) {
 		}
 		ids := map[string]bool{raw.id: true}
 		before := containersCPU(b, ids)
-		var lat []time.Duration
-		b.ResetTimer()
-		for i := range b.N {
-			b.StopTimer()
-			time.Sleep(callGap)
-			b.StartTimer()
-			t0 := time.Now()
-			res, err := exe.Run(ctx, conn, req(i), nil)
-			lat = append(lat, time.Since(t0))
-			if err != nil || !res.Success {
-				b.Fatalf("run: %v %+v", err, res)
-			}
-		}
-		b.StopTimer()
+		lat := paced(b, func(i int) (*harness.Result, error) { return exe.Run(ctx, conn, req(i), nil) })
 		reportIsolation(b, lat, containersCPU(b, ids)-before)
 	})
 }
@@ -162,11 +138,30 @@ func BenchmarkIsolation(b *testing.B) {
 // callGap is the pause between one caller's calls: see worker's benchmarks.
 const callGap = 5 * time.Millisecond
 
+// paced calls run b.N times, callGap apart (untimed), and returns how long each call
+// took; a call that fails or whose script fails stops the benchmark.
+func paced(b *testing.B, run func(i int) (*harness.Result, error)) []time.Duration {
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		time.Sleep(callGap)
+		b.StartTimer()
+		t0 := time.Now()
+		res, err := run(i)
+		lat = append(lat, time.Since(t0))
+		if err != nil || !res.Success {
+			b.Fatalf("run: %v %+v", err, res)
+		}
+	}
+	b.StopTimer()
+	return lat
+}
+
 func reportIsolation(b *testing.B, lat []time.Duration, cpu time.Duration) {
 	perJob := float64(cpu.Microseconds()) / float64(len(lat))
 	b.ReportMetric(perJob, "container-cpu-us/job")
-	testenv.ReportLatency(b, "", lat)
-	testenv.Record(b, "", lat, map[string]float64{"container_cpu_us_per_job": perJob})
+	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"container_cpu_us_per_job": perJob})
 }
 
 // containersCPU is the CPU time the containers have used, from Docker's stats.

@@ -204,6 +204,11 @@ func Main(m *testing.M) {
 // name prefixed, and records the samples for the report (see Record) under the
 // benchmark's name and prefix.
 func ReportLatency(b *testing.B, prefix string, lat []time.Duration) {
+	ReportLatencyValues(b, prefix, lat, nil)
+}
+
+// ReportLatencyValues is ReportLatency, recording values beside the samples.
+func ReportLatencyValues(b *testing.B, prefix string, lat []time.Duration, values map[string]float64) {
 	if len(lat) == 0 {
 		return
 	}
@@ -215,7 +220,7 @@ func ReportLatency(b *testing.B, prefix string, lat []time.Duration) {
 	}{{"median", 0.5}, {"p90", 0.9}, {"p99", 0.99}, {"max", 1}} {
 		b.ReportMetric(float64(Quantile(lat, q.at).Nanoseconds())/1e6, prefix+q.name+"-ms")
 	}
-	Record(b, prefix, lat, nil)
+	Record(b, prefix, lat, values)
 }
 
 // Quantile is the q quantile (0 to 1) of sorted samples, by the nearest rank.
