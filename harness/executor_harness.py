@@ -353,6 +353,26 @@ _WARM_UP_REQUEST = json.dumps(
 )
 
 
+def _warm_up(tools):
+    """Runs a child's first steps once, in the harness, before the zygote is forked.
+
+    A run does work only the first one in a process does: caches filled, encoders and
+    codecs looked up, objects allocated once and kept. Done in each child, after the
+    fork, that was most of its CPU (a fork whose child runs a small script for the
+    first time: 1.9 ms of CPU; the same script run once before the fork: 1.0 ms). Done
+    here, every child inherits the result. The child still runs the warm-up script
+    again, for the copy-on-write faults, which only it can take."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    alarm = signal.getsignal(signal.SIGALRM)
+    try:
+        for line_buffering in (False, True):
+            io.TextIOWrapper(io.FileIO(null, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=line_buffering).flush()
+        _run_script(_ChildIO(null), json.loads(_WARM_UP_REQUEST), tools)
+    finally:
+        signal.signal(signal.SIGALRM, alarm)
+        os.close(null)
+
+
 def _read_request(fd):
     chunks = []
     while True:
@@ -840,6 +860,7 @@ class Harness:
         _nonblock(self.in_fd)
         self.idle_poll.register(self.in_fd, select.POLLIN)
         self.oom_kills = self.oom.read()
+        _warm_up(self.tools)
         gc.collect()
         gc.freeze()  # the children never touch the parent's objects' GC headers
         self.zygote = Zygote(self.tools)
