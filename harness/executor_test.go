@@ -358,6 +358,28 @@ type discard struct{}
 
 func (discard) Write(b []byte) (int, error) { return len(b), nil }
 
+// TestAScriptHoldsNoDescriptorButItsOwn: the harness keeps /proc, the scratch
+// directories and the cgroup's OOM counter open, and the zygote its socket; a script
+// starts with /dev/null on fd 0, its stdout and stderr pipes and its event pipe only.
+func TestAScriptHoldsNoDescriptorButItsOwn(t *testing.T) {
+	h := startHarness(t, nil)
+	script := `import os
+fds = []
+for name in os.listdir('/proc/self/fd'):
+    try:
+        target = os.readlink('/proc/self/fd/' + name)
+    except OSError:
+        continue  # the listing's own descriptor, closed by now
+    fds.append('pipe' if target.startswith('pipe:') else target)
+emit_result(sorted(fds))`
+	for i := range 2 { // the first child, and one forked after an execution and reset
+		res, _ := h.exec(t, fmt.Sprintf("fds-%d", i), script)
+		if want := `["/dev/null","pipe","pipe","pipe"]`; !res.Success || string(res.FinalData) != want {
+			t.Errorf("execution %d: descriptors %s, want %s (%s)", i, res.FinalData, want, res.Error)
+		}
+	}
+}
+
 func TestResetWipesTheWorkspace(t *testing.T) {
 	h := startHarness(t, nil)
 	// Files a process writes after its execution ended are removed by reset.
