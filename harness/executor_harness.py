@@ -695,16 +695,24 @@ def _read_proc(name):
         raise FileNotFoundError("/proc")
     fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dirfd)
     try:
-        return os.read(fd, 1 << 16)
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
     finally:
         os.close(fd)
 
 
 def _pid_exists(pid):
+    dirfd = _PROC.fileno()
+    if dirfd is None:
+        return False
     try:
-        os.stat(str(pid), dir_fd=_PROC.fileno())
+        os.stat(str(pid), dir_fd=dirfd)
         return True
-    except (OSError, TypeError):
+    except OSError:
         return False
 
 
