@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jazzmine/worker/harness"
+	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/sandboxpool"
 )
 
@@ -133,7 +134,7 @@ func TestAMemoryBombEndsInOOMAndTheContainerIsReplaced(t *testing.T) {
 		t.Errorf("1 GiB allocation under a 512 MiB limit: success=%v kind=%q error=%q, want an oom error", res.Success, res.ErrorKind, res.Error)
 	}
 	l.Release()
-	eventually(t, 60*time.Second, "a new warm container should replace the one that ran out of memory", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "a new warm container should replace the one that ran out of memory", func() bool {
 		s := stats(p, "oom")
 		return s.Retired[sandboxpool.RetireOOM] == 1 && s.Idle == 1
 	})

@@ -46,7 +46,7 @@ func newPool(t testing.TB, cfg sandboxpool.Config) *sandboxpool.Pool {
 		if err := p.Close(ctx); err != nil {
 			t.Errorf("close pool: %v", err)
 		}
-		if left := containersOf(t, cfg.WorkerID); len(left) > 0 {
+		if left := testenv.ContainersOf(t, cfg.WorkerID); len(left) > 0 {
 			t.Errorf("containers left after Close: %v", left)
 		}
 	})
@@ -100,7 +100,7 @@ func TestAWarmPoolLendsAContainerAtOnce(t *testing.T) {
 	if !res.Success || string(res.FinalData) != "42" {
 		t.Errorf("result: %+v", res)
 	}
-	if !slices.Contains(containersOf(t, workerOf(p)), l.ContainerID()) {
+	if !slices.Contains(testenv.ContainersOf(t, workerOf(p)), l.ContainerID()) {
 		t.Errorf("container %s is not labelled with the worker id", l.ContainerID())
 	}
 }
@@ -138,7 +138,7 @@ func TestOverflowAndBlockingCheckout(t *testing.T) {
 		}
 		got <- l
 	}()
-	eventually(t, 10*time.Second, "the caller should be waiting", func() bool { return stats(p, "ovf").Waiting == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the caller should be waiting", func() bool { return stats(p, "ovf").Waiting == 1 })
 	a.Release()
 	c := <-got
 	if c == nil || c.ContainerID() != a.ContainerID() {
@@ -170,15 +170,15 @@ func TestContainersAreRecycledAfterMaxUses(t *testing.T) {
 	use(1) // its last use: the replacement starts now
 	// The worn-out container goes once its replacement is ready, not before, so the
 	// sandbox always has a container.
-	eventually(t, 60*time.Second, "the worn-out container to be retired", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the worn-out container to be retired", func() bool {
 		return stats(p, "uses").Retired[sandboxpool.RetireMaxUses] == 1
 	})
 	use(2)
 	if ids[0] != ids[1] || ids[1] == ids[2] {
 		t.Errorf("container ids over three uses = %v, want the first used twice, then a new one", ids)
 	}
-	eventually(t, 30*time.Second, "the worn-out container should be removed from Docker", func() bool {
-		return !slices.Contains(containersOf(t, workerOf(p)), ids[0])
+	testenv.WaitFor(t, 30*time.Second, "the worn-out container should be removed from Docker", func() bool {
+		return !slices.Contains(testenv.ContainersOf(t, workerOf(p)), ids[0])
 	})
 	if s := stats(p, "uses"); s.Total != 1 {
 		t.Errorf("containers after recycling = %d, want 1", s.Total)
@@ -198,7 +198,7 @@ func TestAWornOutContainerServesOnUntilItsReplacementIsReady(t *testing.T) {
 		t.Errorf("got %s before any retirement, want the worn-out %s", again.ContainerID(), id)
 	}
 	again.Release()
-	eventually(t, 60*time.Second, "the replacement to take over", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the replacement to take over", func() bool {
 		s := stats(p, "worn")
 		return s.Retired[sandboxpool.RetireMaxUses] >= 1 && s.Idle == 1 && s.Total == 1
 	})
@@ -211,16 +211,16 @@ func TestAWornOutContainerServesOnUntilItsReplacementIsReady(t *testing.T) {
 
 func TestAContainerKilledFromOutsideIsReplaced(t *testing.T) {
 	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sandbox(t, "kill", 1, 0)}})
-	before := containersOf(t, workerOf(p))
+	before := testenv.ContainersOf(t, workerOf(p))
 	if len(before) != 1 {
 		t.Fatalf("containers = %v, want 1", before)
 	}
 	if _, err := docker(t).ContainerKill(context.Background(), before[0], client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "a new warm container should replace the killed one", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "a new warm container should replace the killed one", func() bool {
 		s := stats(p, "kill")
-		ids := containersOf(t, workerOf(p))
+		ids := testenv.ContainersOf(t, workerOf(p))
 		return s.Idle == 1 && len(ids) == 1 && ids[0] != before[0]
 	})
 	if got := stats(p, "kill").Retired[sandboxpool.RetireExited]; got != 1 {
@@ -248,14 +248,14 @@ func TestCloseRemovesEveryContainerCheckedOutOrNot(t *testing.T) {
 	lease := checkout(t, p, "close")
 	extra := checkout(t, p, "close")
 	_ = checkout(t, p, "close") // overflow, never released
-	if n := len(containersOf(t, workerID)); n != 3 {
+	if n := len(testenv.ContainersOf(t, workerID)); n != 3 {
 		t.Fatalf("containers before Close = %d, want 3", n)
 	}
 	extra.Release()
 	if err := p.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if left := containersOf(t, workerID); len(left) != 0 {
+	if left := testenv.ContainersOf(t, workerID); len(left) != 0 {
 		t.Errorf("containers after Close: %v", left)
 	}
 	lease.Release() // after Close: nothing to do, no panic
@@ -300,7 +300,7 @@ func TestAContainerWithoutReadyIsRemoved(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no ready line") {
 		t.Fatalf("err = %v, want a ready timeout", err)
 	}
-	eventually(t, 30*time.Second, "the silent container should be removed", func() bool { return len(containersOf(t, workerOf(p))) == 0 })
+	testenv.WaitFor(t, 30*time.Second, "the silent container should be removed", func() bool { return len(testenv.ContainersOf(t, workerOf(p))) == 0 })
 }
 
 func TestSecretsAndTranslatedMounts(t *testing.T) {
@@ -354,7 +354,7 @@ func TestOrphansOfDeadWorkersAreReapedAndLiveWorkersAreNot(t *testing.T) {
 		Sandboxes:   []sandboxpool.Sandbox{sandbox(t, "o", 0, 1)},
 		WorkerAlive: func(_ context.Context, id string) (bool, error) { return id != deadID, nil },
 	})
-	if left := containersOf(t, deadID); len(left) != 1 {
+	if left := testenv.ContainersOf(t, deadID); len(left) != 1 {
 		t.Fatalf("a container younger than ReapMinAge was reaped: %v left", left)
 	}
 	var mu sync.Mutex
@@ -369,10 +369,10 @@ func TestOrphansOfDeadWorkersAreReapedAndLiveWorkersAreNot(t *testing.T) {
 			return id != deadID, nil
 		},
 	})
-	if left := containersOf(t, deadID); len(left) != 0 {
+	if left := testenv.ContainersOf(t, deadID); len(left) != 0 {
 		t.Errorf("the dead worker's container survived: %v", left)
 	}
-	if n := len(containersOf(t, live.WorkerID())); n != 1 {
+	if n := len(testenv.ContainersOf(t, live.WorkerID())); n != 1 {
 		t.Errorf("the live worker has %d containers, want its 1", n)
 	}
 	mu.Lock()
@@ -389,11 +389,11 @@ func TestIdleOverflowContainersGoAfterTheIdleTimeout(t *testing.T) {
 	a, b := checkout(t, p, "idle"), checkout(t, p, "idle") // the second is overflow
 	a.Release()
 	b.Release()
-	eventually(t, 30*time.Second, "the pool to shrink back to its size", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the pool to shrink back to its size", func() bool {
 		s := stats(p, "idle")
 		return s.Total == 1 && s.Idle == 1 && s.Retired[sandboxpool.RetireIdle] == 1
 	})
-	eventually(t, 30*time.Second, "the idle container to leave Docker", func() bool { return len(containersOf(t, workerOf(p))) == 1 })
+	testenv.WaitFor(t, 30*time.Second, "the idle container to leave Docker", func() bool { return len(testenv.ContainersOf(t, workerOf(p))) == 1 })
 }
 
 func TestAnIdleContainerThatStopsAnsweringIsReplaced(t *testing.T) {
@@ -402,14 +402,14 @@ func TestAnIdleContainerThatStopsAnsweringIsReplaced(t *testing.T) {
 		HealthInterval: 200 * time.Millisecond,
 		ResetTimeout:   2 * time.Second,
 	})
-	before := containersOf(t, workerOf(p))
+	before := testenv.ContainersOf(t, workerOf(p))
 	// A paused container keeps its stream open but answers nothing.
 	if _, err := docker(t).ContainerPause(context.Background(), before[0], client.ContainerPauseOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the silent container to be replaced", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the silent container to be replaced", func() bool {
 		s := stats(p, "health")
-		ids := containersOf(t, workerOf(p))
+		ids := testenv.ContainersOf(t, workerOf(p))
 		return s.Retired[sandboxpool.RetireUnhealthy] >= 1 && s.Idle == 1 && len(ids) == 1 && ids[0] != before[0]
 	})
 }

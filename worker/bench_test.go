@@ -282,7 +282,7 @@ func memory(b *testing.B, embedded bool) {
 		b.Cleanup(func() {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			_ = cmd.Wait()
-			removeContainersOf(b, id)
+			testenv.RemoveContainersOf(b, id)
 		})
 		pid, logs = cmd.Process.Pid, log.String
 		var err error
@@ -329,7 +329,7 @@ func memory(b *testing.B, embedded bool) {
 	time.Sleep(2 * time.Second) // returned containers reset, the worker settles
 	b.ResetTimer()
 	values := map[string]float64{"worker_rss_mb": float64(rssKB(b, pid)) / 1024}
-	ids := containersOf(b, id)
+	ids := testenv.ContainersOf(b, id)
 	if len(ids) != 4 {
 		b.Fatalf("worker %s has %d containers, want 4", id, len(ids))
 	}

@@ -66,7 +66,7 @@ func TestEachSandboxReachesOnlyItsOwnAllowlist(t *testing.T) {
 	})
 	serve := func(n int) *workerProcess {
 		p := startProcess(t, path, srv.ClientURL(), fmt.Sprintf("egress-%s-%d", suffix, n))
-		waitFor(t, 3*time.Minute, "the worker to serve", func() bool { return strings.Contains(p.log.String(), "msg=serving") })
+		testenv.WaitFor(t, 3*time.Minute, "the worker to serve", func() bool { return strings.Contains(p.log.String(), "msg=serving") })
 		return p
 	}
 	stop := func(p *workerProcess) {

@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,10 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"github.com/jazzmine/worker/internal/testenv"
-	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
 )
 
@@ -55,7 +51,7 @@ func startProcess(t testing.TB, config, url, id string) *workerProcess {
 		if t.Failed() {
 			t.Logf("log of worker %s:\n%s", id, log.String())
 		}
-		removeContainersOf(t, id) // a killed worker's, if the test failed before the reaper ran
+		testenv.RemoveContainersOf(t, id) // a killed worker's, if the test failed before the reaper ran
 	})
 	return p
 }
@@ -75,27 +71,6 @@ func (s *syncWriter) Write(b []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(b)
-}
-
-func containersOf(t testing.TB, workerID string) []string {
-	t.Helper()
-	res, err := testenv.Docker(t).ContainerList(context.Background(), client.ContainerListOptions{
-		All: true, Filters: client.Filters{}.Add("label", sandboxpool.LabelWorker+"="+workerID),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, c := range res.Items {
-		ids = append(ids, c.ID[:12])
-	}
-	return ids
-}
-
-func removeContainersOf(t testing.TB, workerID string) {
-	for _, id := range containersOf(t, workerID) {
-		_, _ = testenv.Docker(t).ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
-	}
 }
 
 // writeConfig writes a config with the example sandbox and fast failure detection.
@@ -135,9 +110,9 @@ func TestAJobSurvivesItsWorkerBeingKilled(t *testing.T) {
 		procs[id] = startProcess(t, config, srv.ClientURL(), id)
 	}
 	a := newAgent(t, nc)
-	waitFor(t, 2*time.Minute, "both workers to serve", func() bool {
+	testenv.WaitFor(t, 2*time.Minute, "both workers to serve", func() bool {
 		for id := range procs {
-			if len(containersOf(t, id)) == 0 {
+			if len(testenv.ContainersOf(t, id)) == 0 {
 				return false
 			}
 		}
@@ -147,7 +122,7 @@ func TestAJobSurvivesItsWorkerBeingKilled(t *testing.T) {
 	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: id, Sandbox: "default", TimeoutSec: 60,
 		Script: "import os, time\nprint('attempt starting', flush=True)\ntime.sleep(4)\nemit_result('finished')"})
 	var victim *workerProcess
-	waitFor(t, time.Minute, "the job to start", func() bool {
+	testenv.WaitFor(t, time.Minute, "the job to start", func() bool {
 		if ev := find(a.allEvents(id), wire.EventStdout); ev != nil {
 			victim = procs[ev.WorkerID]
 			return true
@@ -158,7 +133,7 @@ func TestAJobSurvivesItsWorkerBeingKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = victim.cmd.Wait()
-	if left := containersOf(t, victim.id); len(left) == 0 {
+	if left := testenv.ContainersOf(t, victim.id); len(left) == 0 {
 		t.Fatal("the killed worker left no container: the reaper test below would prove nothing")
 	}
 
@@ -167,7 +142,7 @@ func TestAJobSurvivesItsWorkerBeingKilled(t *testing.T) {
 	if done.Attempt != 2 || !done.Success || done.WorkerID == victim.id {
 		t.Errorf("script_done = attempt %d on %s, success %v; want attempt 2 on the other worker: %s", done.Attempt, done.WorkerID, done.Success, describe(evs))
 	}
-	waitFor(t, time.Minute, "the dead worker's containers to be removed", func() bool { return len(containersOf(t, victim.id)) == 0 })
+	testenv.WaitFor(t, time.Minute, "the dead worker's containers to be removed", func() bool { return len(testenv.ContainersOf(t, victim.id)) == 0 })
 }
 
 // TestAJobOutOfDeliveriesStillEnds: with one delivery allowed, a job whose worker is
@@ -180,13 +155,13 @@ func TestAJobOutOfDeliveriesStillEnds(t *testing.T) {
 	victimID, otherID := fmt.Sprintf("once-a-%d", suffix), fmt.Sprintf("once-b-%d", suffix)
 	victim := startProcess(t, config, srv.ClientURL(), victimID)
 	a := newAgent(t, nc)
-	waitFor(t, 2*time.Minute, "the worker to serve", func() bool { return len(containersOf(t, victimID)) > 0 })
+	testenv.WaitFor(t, 2*time.Minute, "the worker to serve", func() bool { return len(testenv.ContainersOf(t, victimID)) > 0 })
 	id := newID("once")
 	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: id, Sandbox: "default", TimeoutSec: 60,
 		Script: "print('running', flush=True)\nimport time\ntime.sleep(30)"})
-	waitFor(t, time.Minute, "the job to start", func() bool { return find(a.allEvents(id), wire.EventStdout) != nil })
+	testenv.WaitFor(t, time.Minute, "the job to start", func() bool { return find(a.allEvents(id), wire.EventStdout) != nil })
 	startProcess(t, config, srv.ClientURL(), otherID) // the survivor answers the advisory
-	waitFor(t, 2*time.Minute, "the other worker to serve", func() bool { return len(containersOf(t, otherID)) > 0 })
+	testenv.WaitFor(t, 2*time.Minute, "the other worker to serve", func() bool { return len(testenv.ContainersOf(t, otherID)) > 0 })
 	_ = victim.cmd.Process.Kill()
 	_ = victim.cmd.Wait()
 
@@ -200,7 +175,7 @@ func TestAJobOutOfDeliveriesStillEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the given-up job to leave the backlog", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the given-up job to leave the backlog", func() bool {
 		info, err := stream.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	})
@@ -214,11 +189,11 @@ func TestSIGTERMLetsJobsFinishThenCancelsThemAndRemovesContainers(t *testing.T) 
 	id := fmt.Sprintf("term-%d", time.Now().UnixNano()%1_000_000)
 	p := startProcess(t, config, srv.ClientURL(), id)
 	a := newAgent(t, nc)
-	waitFor(t, 2*time.Minute, "the worker to serve", func() bool { return len(containersOf(t, id)) > 0 })
+	testenv.WaitFor(t, 2*time.Minute, "the worker to serve", func() bool { return len(testenv.ContainersOf(t, id)) > 0 })
 	short, long := newID("short"), newID("long")
 	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: short, Sandbox: "default", Script: "print('go', flush=True)\nimport time\ntime.sleep(1)\nemit_result('made it')"})
 	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: long, Sandbox: "default", TimeoutSec: 120, Script: "print('go', flush=True)\nimport time\ntime.sleep(60)"})
-	waitFor(t, time.Minute, "both jobs to start", func() bool {
+	testenv.WaitFor(t, time.Minute, "both jobs to start", func() bool {
 		return find(a.allEvents(short), wire.EventStdout) != nil && find(a.allEvents(long), wire.EventStdout) != nil
 	})
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -234,7 +209,7 @@ func TestSIGTERMLetsJobsFinishThenCancelsThemAndRemovesContainers(t *testing.T) 
 	if err := p.cmd.Wait(); err != nil {
 		t.Errorf("worker exit: %v", err)
 	}
-	if left := containersOf(t, id); len(left) != 0 {
+	if left := testenv.ContainersOf(t, id); len(left) != 0 {
 		t.Errorf("containers left after SIGTERM: %v", left)
 	}
 }

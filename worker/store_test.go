@@ -27,7 +27,7 @@ func TestEventsTheStreamCannotTakeForAWhileAreStoredOnceItCan(t *testing.T) {
 	id := newID("outage")
 	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: id, Sandbox: "default", TimeoutSec: 30,
 		Script: "print('going', flush=True)\nimport time\ntime.sleep(1)\nemit_result('kept')"})
-	waitFor(t, time.Minute, "the job to start", func() bool { return find(a.allEvents(id), wire.EventStdout) != nil })
+	testenv.WaitFor(t, time.Minute, "the job to start", func() bool { return find(a.allEvents(id), wire.EventStdout) != nil })
 	if err := a.js.DeleteStream(ctx, wire.StreamEvents); err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestTracesFollowAJobFromTheAgentIntoTheContainerAndBack(t *testing.T) {
 	agent := agentSpan.SpanContext()
 
 	byName := map[string]sdktrace.ReadOnlySpan{}
-	waitFor(t, 10*time.Second, "the worker's spans to end", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the worker's spans to end", func() bool {
 		for _, s := range workerSpans.Ended() {
 			name := s.Name()
 			if strings.HasSuffix(name, " process") {
@@ -98,7 +98,7 @@ func TestTheMetricsEndpointMovesAndReadinessWaitsForWarmPools(t *testing.T) {
 	p := startProcess(t, writeConfig(t, ""), srv.ClientURL(), id)
 	urlRe := regexp.MustCompile(`url=http://(127\.0\.0\.1:\d+)/metrics`)
 	var base string
-	waitFor(t, time.Minute, "the metrics listener", func() bool {
+	testenv.WaitFor(t, time.Minute, "the metrics listener", func() bool {
 		if m := urlRe.FindStringSubmatch(p.log.String()); m != nil {
 			base = "http://" + m[1]
 		}
@@ -117,7 +117,7 @@ func TestTheMetricsEndpointMovesAndReadinessWaitsForWarmPools(t *testing.T) {
 		t.Errorf("/healthz = %d %s", code, body)
 	}
 	sawNotReady := false
-	waitFor(t, 2*time.Minute, "/readyz to turn ready", func() bool {
+	testenv.WaitFor(t, 2*time.Minute, "/readyz to turn ready", func() bool {
 		code, body := get("/readyz")
 		if code == http.StatusServiceUnavailable && strings.Contains(body, "warming up") {
 			sawNotReady = true
@@ -146,18 +146,18 @@ func TestTheMetricsEndpointMovesAndReadinessWaitsForWarmPools(t *testing.T) {
 	}
 	slow := newID("slow")
 	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: slow, Sandbox: "default", Script: "print('in', flush=True)\nimport time\ntime.sleep(2)\nemit_result(1)"})
-	waitFor(t, time.Minute, "the slow job to start", func() bool { return find(a.allEvents(slow), wire.EventStdout) != nil })
+	testenv.WaitFor(t, time.Minute, "the slow job to start", func() bool { return find(a.allEvents(slow), wire.EventStdout) != nil })
 	if n := gauge("in_use"); n != 1 {
 		t.Errorf("in_use while a job runs = %v, want 1", n)
 	}
 	a.events(slow, time.Minute)
-	waitFor(t, 10*time.Second, "the container to come back", func() bool { return gauge("in_use") == 0 && gauge("idle") >= 1 })
+	testenv.WaitFor(t, 10*time.Second, "the container to come back", func() bool { return gauge("in_use") == 0 && gauge("idle") >= 1 })
 	for i := range 3 {
 		jid := newID("m")
 		a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: jid, Sandbox: "default", Script: "emit_result(" + strconv.Itoa(i) + ")"})
 		a.events(jid, time.Minute)
 	}
-	waitFor(t, 10*time.Second, "the job counters to show the four jobs", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the job counters to show the four jobs", func() bool {
 		_, m := get("/metrics")
 		return metricValue(m, `jazzmine_jobs_total{`, `outcome="ran"`) == 4 &&
 			metricValue(m, `jazzmine_execution_duration_seconds_count{`, `outcome="success"`) == 4 &&

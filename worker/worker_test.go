@@ -103,7 +103,7 @@ func TestInvalidJobsEndInAClearErrorAndTheWorkerKeepsServing(t *testing.T) {
 		t.Errorf("a valid job after the invalid ones: %+v", done)
 	}
 	// The unknown sandbox's job does not sit in the backlog.
-	waitFor(t, 10*time.Second, "the unknown sandbox's job to be purged", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the unknown sandbox's job to be purged", func() bool {
 		info, err := a.js.Stream(t.Context(), wire.StreamExec)
 		if err != nil {
 			return false
@@ -135,24 +135,13 @@ func TestAJobPublishedTwiceWithOneMessageIDRunsOnce(t *testing.T) {
 	}
 }
 
-func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestCancelEndsQueuedAndRunningJobs(t *testing.T) {
 	_, nc := testenv.NATS(t)
 	startWorker(t, nc, 1, 0, nil) // one slot: the second job waits in the queue
 	a := newAgent(t, nc)
 	running, queued := newID("running"), newID("queued")
 	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: running, Sandbox: "default", Script: "print('sleeping', flush=True)\nimport time\ntime.sleep(60)", TimeoutSec: 120})
-	waitFor(t, 30*time.Second, "the long job to start", func() bool { return find(a.allEvents(running), wire.EventStdout) != nil })
+	testenv.WaitFor(t, 30*time.Second, "the long job to start", func() bool { return find(a.allEvents(running), wire.EventStdout) != nil })
 	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: queued, Sandbox: "default", Script: "emit_result('should not run')"})
 
 	if err := nc.Publish(wire.CancelSubject(queued), nil); err != nil {

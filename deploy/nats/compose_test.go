@@ -77,7 +77,7 @@ func TestTheComposeFileRunsAClusterAndTwoWorkers(t *testing.T) {
 			t.Logf("compose.sh down: %v\n%s", err, out)
 		}
 		for _, id := range workerIDs {
-			removeContainersOf(t, id)
+			testenv.RemoveContainersOf(t, id)
 		}
 	})
 	up := exec.Command(filepath.Join(dir, "compose.sh"), "up")
@@ -124,7 +124,7 @@ emit_result(text)`})
 
 	run(env, "compose.sh", "down") // SIGTERM to the workers first, then the nodes
 	for _, id := range workerIDs {
-		if left := containersOf(t, id); len(left) != 0 {
+		if left := testenv.ContainersOf(t, id); len(left) != 0 {
 			t.Errorf("sandboxes of %s left after compose down: %v", id, left)
 		}
 	}

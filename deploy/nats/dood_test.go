@@ -67,7 +67,7 @@ sandboxes:
 	}
 
 	id := fmt.Sprintf("dood-%d", suffix)
-	t.Cleanup(func() { removeContainersOf(t, id) }) // after the worker's container is gone
+	t.Cleanup(func() { testenv.RemoveContainersOf(t, id) }) // after the worker's container is gone
 	worker := docker("run", "--detach",
 		"--label", "jazzmine.managed=true", "--label", "jazzmine.test=deploy",
 		"--volume", "/var/run/docker.sock:/var/run/docker.sock",
@@ -85,7 +85,7 @@ sandboxes:
 		}
 		_ = exec.Command("docker", "rm", "--force", worker).Run()
 	})
-	waitFor(t, 3*time.Minute, "the worker in its container to serve", func() bool {
+	testenv.WaitFor(t, 3*time.Minute, "the worker in its container to serve", func() bool {
 		if state := docker("inspect", "--format", "{{.State.Status}}", worker); state != "running" {
 			t.Fatalf("the worker's container is %s", state)
 		}
@@ -117,7 +117,7 @@ emit_result(text)`})
 		t.Errorf("output.txt on the host: %q, %v", out, err)
 	}
 	// Docker was given the host's path, not the worker's.
-	sandboxes := containersOf(t, id)
+	sandboxes := testenv.ContainersOf(t, id)
 	if len(sandboxes) == 0 {
 		t.Fatal("the worker has no sandbox container")
 	}
@@ -139,7 +139,7 @@ emit_result(text)`})
 	if code := docker("inspect", "--format", "{{.State.ExitCode}}", worker); code != "0" {
 		t.Errorf("the worker exited with %s", code)
 	}
-	if left := containersOf(t, id); len(left) != 0 {
+	if left := testenv.ContainersOf(t, id); len(left) != 0 {
 		t.Errorf("sandboxes left after the worker's shutdown: %v", left)
 	}
 }

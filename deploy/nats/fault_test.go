@@ -70,7 +70,7 @@ func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 	var workers []*process
 	for _, name := range []string{"a", "b"} {
 		id := fmt.Sprintf("fault-%s-%d", name, suffix)
-		t.Cleanup(func() { removeContainersOf(t, id) }) // after the process is gone
+		t.Cleanup(func() { testenv.RemoveContainersOf(t, id) }) // after the process is gone
 		workers = append(workers, start(t, id, 90*time.Second, []string{"NATS_URL=" + natsURL}, testenv.WorkerBinary(t),
 			"serve", "--config", config, "--worker-id", id, "--metrics-addr", "127.0.0.1:0"))
 	}
@@ -118,7 +118,7 @@ func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 	victim := workers[0]
 	victim.kill(t)
 	workerKilled := fault{what: "worker " + victim.name, after: load.done.Load(), at: time.Since(loadStart)}
-	if len(containersOf(t, victim.name)) == 0 {
+	if len(testenv.ContainersOf(t, victim.name)) == 0 {
 		t.Fatal("the killed worker left no container: the reaper check below would prove nothing")
 	}
 
@@ -201,7 +201,7 @@ func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 		t.Error("no job that the killed worker was running was finished by the other: the kill did not land mid-job, and the test proved nothing")
 	}
 
-	waitFor(t, time.Minute, "the dead worker's containers to be removed", func() bool { return len(containersOf(t, victim.name)) == 0 })
+	testenv.WaitFor(t, time.Minute, "the dead worker's containers to be removed", func() bool { return len(testenv.ContainersOf(t, victim.name)) == 0 })
 	if _, err := testenv.Docker(t).ContainerInspect(context.Background(), foreign, mobyclient.ContainerInspectOptions{}); err != nil {
 		t.Errorf("the container of another fleet's worker was removed: %v", err)
 	}

@@ -2,7 +2,6 @@ package nats_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -15,10 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"github.com/jazzmine/worker/internal/testenv"
-	"github.com/jazzmine/worker/sandboxpool"
 )
 
 // process is a server or worker the test runs as its own OS process.
@@ -79,7 +75,7 @@ func (p *process) kill(t *testing.T) {
 // waitUntil waits for cond like waitFor, and fails at once if the process exits.
 func (p *process) waitUntil(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	waitFor(t, within, what, func() bool {
+	testenv.WaitFor(t, within, what, func() bool {
 		if !p.running() {
 			t.Fatalf("%s exited while waiting for %s: %v\n%s", p.name, what, p.cmd.ProcessState, p.log.String())
 		}
@@ -159,41 +155,4 @@ func freePorts(t *testing.T, n int) []int {
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
-}
-
-// containersOf lists the containers, running or not, labelled with the worker id.
-func containersOf(t testing.TB, workerID string) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := testenv.Docker(t).ContainerList(ctx, client.ContainerListOptions{
-		All: true, Filters: client.Filters{}.Add("label", sandboxpool.LabelWorker+"="+workerID),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, c := range res.Items {
-		ids = append(ids, c.ID[:12])
-	}
-	return ids
-}
-
-// removeContainersOf removes the worker's containers: those of a worker killed before
-// anyone reaped them, when the test failed early.
-func removeContainersOf(t testing.TB, workerID string) {
-	for _, id := range containersOf(t, workerID) {
-		_, _ = testenv.Docker(t).ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
-	}
-}
-
-func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
