@@ -88,14 +88,20 @@ func inImage(t *testing.T, tag, program string, out any) {
 const inspectProgram = `
 import grp, importlib.util, json, os, pwd, shutil, stat
 def mode(p): return oct(stat.S_IMODE(os.stat(p).st_mode))
+def fresh(src, pyc):  # what Python checks before it uses a .pyc: the source's mtime and size
+    h, st = open(pyc, "rb").read(16), os.stat(src)
+    return int.from_bytes(h[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF and int.from_bytes(h[12:16], "little") == st.st_size & 0xFFFFFFFF
 print(json.dumps({
     "which": {n: shutil.which(n) for n in ["curl", "wget", "nc", "netcat", "ncat", "socat", "gcc", "cc", "g++", "make", "pip", "pip3", "apt", "apt-get", "dpkg"]},
     "pip_module": importlib.util.find_spec("pip") is not None,
     "uid": os.getuid(), "gid": os.getgid(), "user": pwd.getpwuid(os.getuid()).pw_name,
     "group": grp.getgrgid(os.getgid()).gr_name, "shell": pwd.getpwuid(os.getuid()).pw_shell,
     "cwd": os.getcwd(),
-    "tools": sorted(os.listdir("/tools")),
-    "tools_mode": mode("/tools"), "tool_modes": sorted({mode("/tools/" + n) for n in os.listdir("/tools")}),
+    "tools": sorted(n for n in os.listdir("/tools") if n != "__pycache__"),
+    "tools_mode": mode("/tools"), "tool_modes": sorted({mode("/tools/" + n) for n in os.listdir("/tools") if n != "__pycache__"}),
+    "bytecode": {p: [os.stat(c).st_uid, mode(c), fresh(p, c)] if os.path.exists(c) else None
+                 for p in ["/opt/jazzmine/executor_harness.py"] + ["/tools/" + n for n in os.listdir("/tools") if n.endswith(".py")]
+                 for c in [importlib.util.cache_from_source(p)]},
     "tools_owner": os.stat("/tools").st_uid,
     "root_mode": mode("/"), "opt_mode": mode("/opt"), "harness_dir_mode": mode("/opt/jazzmine"),
     "harness_mode": mode("/opt/jazzmine/executor_harness.py"),
@@ -136,7 +142,7 @@ func TestBuildTheExampleSandbox(t *testing.T) {
 			t.Errorf("label %s = %q, want %q", k, c.Labels[k], v)
 		}
 	}
-	if c.User != SandboxUser || c.WorkingDir != WorkspaceDir || !reflect.DeepEqual(c.Entrypoint, []string{"python3", "-u", HarnessPath}) || len(c.Cmd) != 0 {
+	if c.User != SandboxUser || c.WorkingDir != WorkspaceDir || !reflect.DeepEqual(c.Entrypoint, Entrypoint) || len(c.Cmd) != 0 {
 		t.Errorf("config: user %q, workdir %q, entrypoint %q, cmd %q", c.User, c.WorkingDir, c.Entrypoint, c.Cmd)
 	}
 
@@ -157,6 +163,7 @@ func TestBuildTheExampleSandbox(t *testing.T) {
 		WorkspaceOwner int               `json:"workspace_owner"`
 		ToolsWritable  bool              `json:"tools_writable"`
 		Env            map[string]string `json:"env"`
+		Bytecode       map[string][]any  `json:"bytecode"`
 	}
 	inImage(t, img.Tag, inspectProgram, &got)
 	for name, path := range got.Which {
@@ -184,6 +191,16 @@ func TestBuildTheExampleSandbox(t *testing.T) {
 	}
 	if got.Env["JAZZMINE_CONTAINER"] != "1" || got.Env["JAZZMINE_TOOLS_DIR"] != "/tools" {
 		t.Errorf("environment: %v", got.Env)
+	}
+	// The harness and every tool are compiled at build (root's, read-only), not at
+	// every container start.
+	if len(got.Bytecode) != 4 {
+		t.Errorf("bytecode of %d files, want the harness's and 3 tools': %v", len(got.Bytecode), got.Bytecode)
+	}
+	for src, pyc := range got.Bytecode {
+		if fmt.Sprint(pyc) != "[0 0o644 true]" {
+			t.Errorf("bytecode of %s: %v, want [owner 0, mode 0o644, up to date]", src, pyc)
+		}
 	}
 
 	// The harness starts as the entrypoint, lists the tools, and runs a script
