@@ -107,6 +107,11 @@ def _scratch_dir(var, container_default):
 
 WORKSPACE = _scratch_dir("JAZZMINE_WORKSPACE", "/workspace")
 TMPDIR = _scratch_dir("JAZZMINE_TMPDIR", "/tmp")
+# Where else a script can leave data for the next execution: POSIX shared memory and
+# named semaphores (files in /dev/shm, the container's own tmpfs) and POSIX message
+# queues (/dev/mqueue). Wiped like the scratch directories, in a container only: on a
+# host they are the host's. System V IPC is the other such place: see _SysvIpc.
+IPC_DIRS = ("/dev/shm", "/dev/mqueue") if IN_CONTAINER else ()
 
 
 # ---------------------------------------------------------------------------------------
@@ -797,6 +802,51 @@ class _OomCounter:
         return None
 
 
+class _SysvIpc:
+    """Removes the System V shared memory segments, semaphore sets and message queues
+    of our IPC namespace (the container's): they outlive the processes that made them,
+    so an execution could leave data to the next. They are listed in /proc/sysvipc,
+    whose files are held open and read again from offset 0, and removed with IPC_RMID
+    through ctypes: the standard library has no System V IPC. Every process of the
+    container runs as our uid, so every object is ours to remove."""
+
+    IPC_RMID = 0
+
+    def __init__(self):
+        self.kinds = []  # (fd, remove(id))
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            return
+        removers = {
+            "shm": lambda i: libc.shmctl(i, self.IPC_RMID, None),
+            "sem": lambda i: libc.semctl(i, 0, self.IPC_RMID),
+            "msg": lambda i: libc.msgctl(i, self.IPC_RMID, None),
+        }
+        for kind, remove in removers.items():
+            try:
+                self.kinds.append((os.open("/proc/sysvipc/" + kind, os.O_RDONLY | os.O_CLOEXEC), remove))
+            except OSError:
+                continue
+
+    def remove_all(self):
+        for fd, remove in self.kinds:
+            for _ in range(100):  # a listing longer than one read is removed in rounds
+                try:
+                    lines = os.pread(fd, 1 << 16, 0).split(b"\n")[1:]  # the first is a header
+                except OSError:
+                    break
+                ids = []
+                for line in lines:
+                    fields = line.split()
+                    if len(fields) > 1 and fields[1].isdigit():
+                        ids.append(int(fields[1]))  # key, then the id
+                if not ids:
+                    break
+                for i in ids:
+                    remove(i)
+
+
 def _proc_pids():
     dirfd = _PROC.fileno()
     if dirfd is None:
@@ -853,6 +903,7 @@ class Harness:
         # SIGKILL while it rose ran out of memory. Read off the critical path.
         self.oom_kills = None
         self.oom = _OomCounter()
+        self.sysv = _SysvIpc() if IN_CONTAINER else None
         self.idle_poll = select.poll()
         self.eof = False
 
@@ -1085,7 +1136,8 @@ class Harness:
     # -- reset ------------------------------------------------------------------------
 
     def _reset(self):
-        """Kills what earlier executions left and wipes the scratch directories.
+        """Kills what earlier executions left, wipes the scratch directories and, in a
+        container, empties /dev/shm and /dev/mqueue and removes System V IPC objects.
 
         The warm child survives: it was forked after the last execution's leftovers were
         killed, has run no script, and is not dumpable, so no other process of our uid
@@ -1094,6 +1146,10 @@ class Harness:
         self._kill_leftovers()
         _wipe(WORKSPACE)
         _wipe(TMPDIR)
+        for d in IPC_DIRS:
+            _wipe(d)
+        if self.sysv is not None:
+            self.sysv.remove_all()
         self.oom_kills = self.oom.read()
 
     def _kill_leftovers(self):

@@ -24,6 +24,11 @@ type hostile struct {
 var hostileSuite = []hostile{
 	{name: "read another execution's files", script: "open('/workspace/secret', 'w').write('s')\nopen('/tmp/.secret', 'w').write('s')\nemit_result(True)",
 		probe: "import os\nemit_result(os.listdir('/workspace') == [] and os.listdir('/tmp') == [])"},
+	// POSIX shared memory, a POSIX message queue, and System V shared memory, semaphores
+	// and a message queue: none is a file of the scratch directories, all outlive
+	// their maker.
+	{name: "leave shared memory and message queues behind", script: "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nopen('/dev/shm/secret', 'w').write('s')\nmade = [libc.mq_open(b'/secret', 0o102, 0o600, None), libc.shmget(0x5ec, 4096, 0o1600), libc.semget(0x5ec, 1, 0o1600), libc.msgget(0x5ec, 0o1600)]\nemit_result(all(x >= 0 for x in made) or made)",
+		probe: "import os\nleft = os.listdir('/dev/shm') + os.listdir('/dev/mqueue') + [l for k in ('shm', 'sem', 'msg') for l in open('/proc/sysvipc/' + k).read().splitlines()[1:]]\nemit_result(left == [] or left)"},
 	{name: "read another execution's environment", script: "import os\nos.environ['TOKEN'] = 'leak'\nemit_result(True)",
 		probe: "import os\nemit_result('TOKEN' not in os.environ)"},
 	{name: "read another execution's Python state", script: "import json, builtins\njson.dumps = None\nbuiltins.planted = 1\nemit_result(True)",
