@@ -107,11 +107,11 @@ def _scratch_dir(var, container_default):
 
 WORKSPACE = _scratch_dir("JAZZMINE_WORKSPACE", "/workspace")
 TMPDIR = _scratch_dir("JAZZMINE_TMPDIR", "/tmp")
-# Where else a script can leave data for the next execution: POSIX shared memory and
-# named semaphores (files in /dev/shm, the container's own tmpfs) and POSIX message
-# queues (/dev/mqueue). Wiped like the scratch directories, in a container only: on a
-# host they are the host's. System V IPC is the other such place: see _SysvIpc.
-IPC_DIRS = ("/dev/shm", "/dev/mqueue") if IN_CONTAINER else ()
+# What reset empties: the scratch directories and, in a container only (on a host they
+# are the host's), where else a script can leave files for the next execution: POSIX
+# shared memory and named semaphores (/dev/shm, the container's own tmpfs) and POSIX
+# message queues (/dev/mqueue). System V IPC is the other such place: see _SysvIpc.
+WIPED = tuple(d for d in (WORKSPACE, TMPDIR) if d) + (("/dev/shm", "/dev/mqueue") if IN_CONTAINER else ())
 
 
 # ---------------------------------------------------------------------------------------
@@ -640,10 +640,15 @@ def _nonblock(fd):
     fcntl.fcntl(fd, fcntl.F_SETFL, fl | os.O_NONBLOCK)
 
 
+@functools.lru_cache(maxsize=None)
+def _libc():
+    """The C library, for what the standard library lacks (prctl, System V IPC)."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _prctl(option, value):
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(option, value, 0, 0, 0) == 0
+        return _libc().prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
@@ -815,7 +820,7 @@ class _SysvIpc:
     def __init__(self):
         self.kinds = []  # (fd, remove(id))
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
+            libc = _libc()
         except OSError:
             return
         removers = {
@@ -831,20 +836,23 @@ class _SysvIpc:
 
     def remove_all(self):
         for fd, remove in self.kinds:
-            for _ in range(100):  # a listing longer than one read is removed in rounds
+            tried = set()
+            while True:  # a listing longer than one read is removed in rounds
                 try:
                     lines = os.pread(fd, 1 << 16, 0).split(b"\n")[1:]  # the first is a header
                 except OSError:
                     break
-                ids = []
+                ids = set()
                 for line in lines:
                     fields = line.split()
                     if len(fields) > 1 and fields[1].isdigit():
-                        ids.append(int(fields[1]))  # key, then the id
+                        ids.add(int(fields[1]))  # key, then the id
+                ids -= tried  # one that could not be removed is not tried again
                 if not ids:
                     break
                 for i in ids:
                     remove(i)
+                tried |= ids
 
 
 def _proc_pids():
@@ -1144,9 +1152,7 @@ class Harness:
         could ptrace it or reach its memory or file descriptors meanwhile.
         """
         self._kill_leftovers()
-        _wipe(WORKSPACE)
-        _wipe(TMPDIR)
-        for d in IPC_DIRS:
+        for d in WIPED:
             _wipe(d)
         if self.sysv is not None:
             self.sysv.remove_all()

@@ -26,7 +26,7 @@ const (
 // Entrypoint starts the harness. Python compiles a file run as `python3 file.py` at
 // every start, never from a cache; imported, the harness loads the bytecode compiled
 // into the image at build (its 1,500 lines took 12 to 17 ms of every container's start
-// here, of about 190 ms of the harness's CPU up to ready). -P keeps the working
+// here, of 135 to 190 ms of the harness's CPU up to ready). -P keeps the working
 // directory, where scripts write, off the harness's import path; the harness's own
 // directory is put first, as `python3 file.py` would.
 var Entrypoint = []string{"python3", "-u", "-P", "-c",
