@@ -112,6 +112,12 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 			AttachStderr: true,
 			Tty:          false,
 			WorkingDir:   "/workspace",
+			// With no network, runc still gives the container a namespace of its own with
+			// only loopback, but dockerd makes no libnetwork sandbox for it and adds no
+			// prestart hook: with network mode "none" alone, runc runs dockerd's whole
+			// binary again (libnetwork-setkey) at every start, about a third of a spawn's
+			// CPU on this machine (docs/PERFORMANCE.md).
+			NetworkDisabled: sb.Network == "",
 			Labels: map[string]string{
 				LabelManaged:  "true",
 				LabelWorker:   p.cfg.WorkerID,

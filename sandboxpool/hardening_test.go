@@ -2,6 +2,7 @@ package sandboxpool_test
 
 import (
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
@@ -48,6 +49,13 @@ try:
 except ImportError:
     found["pip_importable"] = False
 found["interfaces"] = sorted(os.listdir("/sys/class/net"))
+found["netns"] = os.readlink("/proc/self/ns/net")
+import socket
+srv = socket.create_server(("127.0.0.1", 0))
+cli = socket.create_connection(srv.getsockname(), timeout=5)
+conn, _ = srv.accept()
+cli.sendall(b"ping")
+found["loopback_works"] = conn.recv(4) == b"ping"
 emit_result(found)
 `)
 	if !res.Success {
@@ -63,8 +71,14 @@ emit_result(found)
 		Tools             []string `json:"tools"`
 		PipImportable     bool     `json:"pip_importable"`
 		Interfaces        []string `json:"interfaces"`
+		NetNS             string   `json:"netns"`
+		LoopbackWorks     bool     `json:"loopback_works"`
 	}
 	if err := json.Unmarshal(res.FinalData, &got); err != nil {
+		t.Fatal(err)
+	}
+	hostNetNS, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
 		t.Fatal(err)
 	}
 	checks := []struct {
@@ -79,6 +93,8 @@ emit_result(found)
 		{"the workspace is bounded (64 MiB tmpfs)", got.WorkspaceBounded},
 		{"curl, wget, gcc, make, pip, apt and dpkg are absent", len(got.Tools) == 0 && !got.PipImportable},
 		{"there is no network but loopback", len(got.Interfaces) == 1 && got.Interfaces[0] == "lo"},
+		{"the network namespace is the container's own", got.NetNS != "" && got.NetNS != hostNetNS},
+		{"loopback is up", got.LoopbackWorks},
 	}
 	for _, c := range checks {
 		if !c.ok {
