@@ -30,6 +30,7 @@ import (
 
 	"github.com/jazzmine/worker/client"
 	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
 	"github.com/jazzmine/worker/worker"
 )
@@ -38,6 +39,7 @@ import (
 // returns a result) four ways, on the same machine in the same run:
 //
 //	BenchmarkEndToEnd    publish a job, wait for its script_done, through one worker
+//	BenchmarkAgentPace   the same with more time between calls, default recycling
 //	BenchmarkThroughput  the same from 1, 2, 4, 8 and 16 concurrent agents
 //	BenchmarkDockerRun   docker run --rm of the sandbox image per call
 //	BenchmarkDockerExec  docker exec into one long-lived container per call
@@ -55,11 +57,21 @@ const callGap = 5 * time.Millisecond
 // BenchmarkEndToEnd runs with the default pool size (2), with containers recycled at
 // the default max uses (50) and never.
 func BenchmarkEndToEnd(b *testing.B) {
-	b.Run("pool=2", func(b *testing.B) { endToEnd(b, 2, benchMaxUses) })
-	b.Run("pool=2-no-recycling", func(b *testing.B) { endToEnd(b, 2, 1<<30) })
+	b.Run("pool=2", func(b *testing.B) { endToEnd(b, 2, benchMaxUses, callGap) })
+	b.Run("pool=2-no-recycling", func(b *testing.B) { endToEnd(b, 2, 1<<30, callGap) })
 }
 
-func endToEnd(b *testing.B, pool, maxUses int) {
+// BenchmarkAgentPace is BenchmarkEndToEnd's default recycling with more time between
+// one agent's calls. A container is replaced after 50 uses, so the agent's pace sets
+// how often a spawn (~0.4 s of the machine's CPU) runs beside its calls: every third
+// of a second at 5 ms between calls, every few seconds at 100 ms.
+func BenchmarkAgentPace(b *testing.B) {
+	for _, gap := range []time.Duration{25 * time.Millisecond, 100 * time.Millisecond} {
+		b.Run(fmt.Sprintf("gap=%v", gap), func(b *testing.B) { endToEnd(b, 2, benchMaxUses, gap) })
+	}
+}
+
+func endToEnd(b *testing.B, pool, maxUses int, gap time.Duration) {
 	_, nc := testenv.NATS(b)
 	startWorkerWith(b, nc, pool, 0, maxUses, nil)
 	c := newClient(b, nc)
@@ -67,16 +79,21 @@ func endToEnd(b *testing.B, pool, maxUses int) {
 	run(b, ctx, c, 3) // warm up
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
+	start := time.Now()
 	for range b.N {
 		b.StopTimer()
-		time.Sleep(callGap)
+		time.Sleep(gap)
 		b.StartTimer()
 		t0 := time.Now()
 		run(b, ctx, c, 1)
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
-	testenv.ReportLatency(b, "", lat)
+	rate := float64(b.N) / time.Since(start).Seconds()
+	if maxUses == 0 {
+		maxUses = sandboxpool.DefaultMaxUses
+	}
+	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"gap_ms": float64(gap.Milliseconds()), "calls_per_s": rate, "max_uses": float64(maxUses)})
 }
 
 // BenchmarkThroughput runs agents that each submit the trivial job and wait for its

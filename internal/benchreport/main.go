@@ -102,7 +102,7 @@ func run(in, out, command string) error {
 	if err := os.MkdirAll(r.plots, 0o755); err != nil {
 		return err
 	}
-	sections := []func(map[string]*series) error{r.latency, r.throughput, r.pool, r.memory, r.isolation}
+	sections := []func(map[string]*series) error{r.latency, r.pace, r.throughput, r.pool, r.memory, r.isolation}
 	for _, f := range sections {
 		if err := f(all); err != nil {
 			return err
@@ -204,6 +204,39 @@ func (r *report) latency(all map[string]*series) error {
 		r.p("Boxes span the 25th to the 75th percentile with the median across; whiskers reach the 1st and 99th.")
 		r.p("")
 	}
+	return nil
+}
+
+// pace is the default recycling at one agent's different paces.
+func (r *report) pace(all map[string]*series) error {
+	pts := []*series{}
+	if s := all["BenchmarkEndToEnd/pool=2"]; s != nil {
+		pts = append(pts, s)
+	}
+	for _, s := range all {
+		if strings.HasPrefix(s.Name, "BenchmarkAgentPace/") {
+			pts = append(pts, s)
+		}
+	}
+	if len(pts) < 2 {
+		return nil
+	}
+	slices.SortFunc(pts, func(a, b *series) int { return int(a.Values["gap_ms"] - b.Values["gap_ms"]) })
+	r.p("## Recycling and the agent's pace")
+	r.p("")
+	r.p("The first row of the table above, one agent with the default recycling, with more time between its calls. Each container is replaced after 50 uses, and a replacement's spawn and the old one's removal take about 0.4 s of the machine's CPU (dockerd, containerd, runc, fuse-overlayfs and the new harness): the agent's pace sets how often that runs beside its calls. An agent that waits for a language model between tool calls calls far less often than the slowest row.")
+	r.p("")
+	r.p("| time between calls | calls/s | a spawn every | runs | median | p90 | p99 | max |")
+	r.p("|---|---|---|---|---|---|---|---|")
+	for _, s := range pts {
+		rate := s.Values["calls_per_s"]
+		every := "?"
+		if rate > 0 && s.Values["max_uses"] > 0 {
+			every = fmt.Sprintf("%.1f s", s.Values["max_uses"]/rate)
+		}
+		r.p("| %.0f ms | %.0f | %s | %d | %s | %s | %s | %s |", s.Values["gap_ms"], rate, every, len(s.lat), ms(s.q(0.5)), ms(s.q(0.9)), ms(s.q(0.99)), ms(s.q(1)))
+	}
+	r.p("")
 	return nil
 }
 
