@@ -63,8 +63,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 
 // BenchmarkAgentPace is BenchmarkEndToEnd's default recycling with more time between
 // one agent's calls. A container is replaced after 50 uses, so the agent's pace sets
-// how often a spawn (~0.4 s of the machine's CPU) runs beside its calls: every third
-// of a second at 5 ms between calls, every few seconds at 100 ms.
+// how often a spawn (~0.4 s of the machine's CPU) runs beside its calls: every half
+// second at 5 ms between calls, every 5 s at 100 ms.
 func BenchmarkAgentPace(b *testing.B) {
 	for _, gap := range []time.Duration{25 * time.Millisecond, 100 * time.Millisecond} {
 		b.Run(fmt.Sprintf("gap=%v", gap), func(b *testing.B) { endToEnd(b, 2, benchMaxUses, gap) })
