@@ -30,7 +30,6 @@ import (
 
 	"github.com/jazzmine/worker/client"
 	"github.com/jazzmine/worker/internal/testenv"
-	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
 	"github.com/jazzmine/worker/worker"
 )
@@ -90,9 +89,6 @@ func endToEnd(b *testing.B, pool, maxUses int, gap time.Duration) {
 	}
 	b.StopTimer()
 	rate := float64(b.N) / time.Since(start).Seconds()
-	if maxUses == 0 {
-		maxUses = sandboxpool.DefaultMaxUses
-	}
 	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"gap_ms": float64(gap.Milliseconds()), "calls_per_s": rate, "max_uses": float64(maxUses)})
 }
 

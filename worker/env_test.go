@@ -212,10 +212,10 @@ func jetstreamSubjects(filter string) jetstream.StreamInfoOpt {
 	return jetstream.WithSubjectFilter(filter)
 }
 
-// benchMaxUses is the pool's MaxUses in these tests (0: the default, 50). The
+// benchMaxUses is the pool's MaxUses in these tests, the default unless the
 // benchmarks' -maxuses flag changes it to show what container recycling costs.
-var benchMaxUses = 0
+var benchMaxUses = sandboxpool.DefaultMaxUses
 
 func init() {
-	flag.IntVar(&benchMaxUses, "maxuses", 0, "MaxUses of the test pools (0: the default)")
+	flag.IntVar(&benchMaxUses, "maxuses", sandboxpool.DefaultMaxUses, "MaxUses of the test pools")
 }

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -93,6 +94,23 @@ func (r *report) p(format string, args ...any) { fmt.Fprintf(&r.b, format+"\n", 
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 
+// tail is the median, p90, p99 and max of s as the cells of a table row.
+func (s *series) tail() string {
+	return fmt.Sprintf("%s | %s | %s | %s", ms(s.q(0.5)), ms(s.q(0.9)), ms(s.q(0.99)), ms(s.q(1)))
+}
+
+// sortedBy is the series whose names keep accepts, in the order of their value key.
+func sortedBy(all map[string]*series, key string, keep func(name string) bool) []*series {
+	var pts []*series
+	for _, s := range all {
+		if keep(s.Name) {
+			pts = append(pts, s)
+		}
+	}
+	slices.SortFunc(pts, func(a, b *series) int { return cmp.Compare(a.Values[key], b.Values[key]) })
+	return pts
+}
+
 func run(in, out, command string) error {
 	all, err := load(in)
 	if err != nil {
@@ -170,7 +188,7 @@ func (r *report) latency(all map[string]*series) error {
 				ratio = fmt.Sprintf("%.2f× (%.1f× faster)", x, 1/x)
 			}
 		}
-		r.p("| %s | %d | %s | %s | %s | %s | %s |", row.label, len(s.lat), ms(s.q(0.5)), ms(s.q(0.9)), ms(s.q(0.99)), ms(s.q(1)), ratio)
+		r.p("| %s | %d | %s | %s |", row.label, len(s.lat), s.tail(), ratio)
 		boxes = append(boxes, s)
 		labels = append(labels, row.short)
 	}
@@ -209,19 +227,12 @@ func (r *report) latency(all map[string]*series) error {
 
 // pace is the default recycling at one agent's different paces.
 func (r *report) pace(all map[string]*series) error {
-	pts := []*series{}
-	if s := all["BenchmarkEndToEnd/pool=2"]; s != nil {
-		pts = append(pts, s)
-	}
-	for _, s := range all {
-		if strings.HasPrefix(s.Name, "BenchmarkAgentPace/") {
-			pts = append(pts, s)
-		}
-	}
+	pts := sortedBy(all, "gap_ms", func(name string) bool {
+		return name == "BenchmarkEndToEnd/pool=2" || strings.HasPrefix(name, "BenchmarkAgentPace/")
+	})
 	if len(pts) < 2 {
 		return nil
 	}
-	slices.SortFunc(pts, func(a, b *series) int { return int(a.Values["gap_ms"] - b.Values["gap_ms"]) })
 	r.p("## Recycling and the agent's pace")
 	r.p("")
 	r.p("The first row of the table above, one agent with the default recycling, with more time between its calls. Each container is replaced after 50 uses, and a replacement's spawn and the old one's removal take about 0.4 s of the machine's CPU (dockerd, containerd, runc, fuse-overlayfs and the new harness): the agent's pace sets how often that runs beside its calls. An agent that waits for a language model between tool calls calls far less often than the slowest row.")
@@ -234,23 +245,19 @@ func (r *report) pace(all map[string]*series) error {
 		if rate > 0 && s.Values["max_uses"] > 0 {
 			every = fmt.Sprintf("%.1f s", s.Values["max_uses"]/rate)
 		}
-		r.p("| %.0f ms | %.0f | %s | %d | %s | %s | %s | %s |", s.Values["gap_ms"], rate, every, len(s.lat), ms(s.q(0.5)), ms(s.q(0.9)), ms(s.q(0.99)), ms(s.q(1)))
+		r.p("| %.0f ms | %.0f | %s | %d | %s |", s.Values["gap_ms"], rate, every, len(s.lat), s.tail())
 	}
 	r.p("")
 	return nil
 }
 
 func (r *report) throughput(all map[string]*series) error {
-	var pts []*series
-	for _, s := range all {
-		if strings.HasPrefix(s.Name, "BenchmarkThroughput/agents=") && !strings.Contains(s.Name, "recycling") {
-			pts = append(pts, s)
-		}
-	}
+	pts := sortedBy(all, "agents", func(name string) bool {
+		return strings.HasPrefix(name, "BenchmarkThroughput/agents=") && !strings.Contains(name, "recycling")
+	})
 	if len(pts) == 0 {
 		return nil
 	}
-	slices.SortFunc(pts, func(a, b *series) int { return int(a.Values["agents"] - b.Values["agents"]) })
 	r.p("## Throughput as agents grow")
 	r.p("")
 	r.p("One worker with a pool of 4 warm containers, never recycled; each agent submits the trivial job and waits for its result, again and again. Agents, worker and NATS share the machine's 2 cores. The last row has the default recycling (a container retired after 50 uses): each retirement is a container spawn, and at hundreds of jobs a second that is several spawns a second.")
@@ -259,7 +266,7 @@ func (r *report) throughput(all map[string]*series) error {
 	r.p("|---|---|---|---|---|---|---|---|")
 	rate, p50, p99 := plotter.XYs{}, plotter.XYs{}, plotter.XYs{}
 	row := func(label string, s *series) {
-		r.p("| %s | %d | %.0f | %.0f | %s | %s | %s | %s |", label, len(s.lat), s.Values["errors"], s.Values["jobs_per_s"], ms(s.q(0.5)), ms(s.q(0.9)), ms(s.q(0.99)), ms(s.q(1)))
+		r.p("| %s | %d | %.0f | %.0f | %s |", label, len(s.lat), s.Values["errors"], s.Values["jobs_per_s"], s.tail())
 	}
 	for _, s := range pts {
 		a := s.Values["agents"]
