@@ -32,6 +32,7 @@ func BenchmarkExecuteTrivial(b *testing.B) {
 				if err != nil || !res.Success {
 					b.Fatalf("run: %v %+v", err, res)
 				}
+				h.settle(b, res)
 			}
 			b.StopTimer()
 			reportPercentiles(b, lat)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,11 +23,15 @@ var ErrClosed = errors.New("harness: connection closed")
 // stop it) or Close is called.
 //
 // A Conn serves one operation at a time (WaitReady, Ping, Reset, or an Executor's Run);
-// the pool's lease guarantees that. Lines that belong to no running operation, such as
-// the late events of an abandoned execution, are skipped by the next one.
+// the pool's lease guarantees that. Every line must answer the operation under way:
+// anything else is an [ErrProtocol], after which the container is not to be used.
 type Conn struct {
 	w   io.Writer
 	wmu sync.Mutex // guards w
+
+	// executeNonce is the nonce of the last execute, which its reset_done echoes.
+	// Written by Executor.Run and read by AwaitReset, one operation at a time.
+	executeNonce string
 
 	lines   chan line
 	stop    chan struct{}
@@ -179,29 +185,57 @@ func (c *Conn) next(ctx context.Context) (line, error) {
 	}
 }
 
-// await reads lines until one decodes to an event of type want, skipping all others.
-func (c *Conn) await(ctx context.Context, want string) (json.RawMessage, error) {
-	for {
-		l, err := c.next(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if l.oversize {
-			continue
-		}
-		var head struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(l.b, &head) != nil || head.Type != want {
-			continue
-		}
-		return l.b, nil
-	}
+// ErrProtocol wraps every line that breaks the protocol: not JSON, an event nobody
+// asked for, an answer without the nonce of the request it claims to answer. The
+// harness is the only writer of the stream, so such a line means it is broken or that
+// something else reached the stream: the container must not be used again.
+var ErrProtocol = errors.New("harness: protocol violation")
+
+// newNonce returns a fresh request nonce: 128 random bits, hex.
+func newNonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
-// WaitReady waits for the harness's ready event, which it sends once at start.
+// expect reads the next line and returns it if it is an event of type want carrying
+// nonce (none for ready); any other line is an ErrProtocol.
+func (c *Conn) expect(ctx context.Context, want, nonce string) (json.RawMessage, error) {
+	l, err := c.next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if l.oversize {
+		return nil, fmt.Errorf("%w: a line of %d bytes while waiting for %s", ErrProtocol, l.n, want)
+	}
+	var head struct {
+		Type  string `json:"type"`
+		Nonce string `json:"nonce"`
+	}
+	if err := json.Unmarshal(l.b, &head); err != nil {
+		return nil, fmt.Errorf("%w: a line that is not JSON while waiting for %s: %q", ErrProtocol, want, truncate(l.b, 120))
+	}
+	if head.Type != want || head.Nonce != nonce {
+		return nil, fmt.Errorf("%w: %s with nonce %q while waiting for %s with nonce %q", ErrProtocol, head.Type, head.Nonce, want, nonce)
+	}
+	return l.b, nil
+}
+
+// Quiet reports whether no line is waiting to be read and the stream is open: what
+// the pool checks before it lends an idle container, to which nothing may have
+// written since its last answer.
+func (c *Conn) Quiet() bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+	}
+	return len(c.lines) == 0
+}
+
+// WaitReady waits for the harness's ready event, which must be its first line.
 func (c *Conn) WaitReady(ctx context.Context) (Ready, error) {
-	b, err := c.await(ctx, EventReady)
+	b, err := c.expect(ctx, EventReady, "")
 	if err != nil {
 		return Ready{}, fmt.Errorf("wait for harness ready: %w", err)
 	}
@@ -212,25 +246,27 @@ func (c *Conn) WaitReady(ctx context.Context) (Ready, error) {
 	return r, nil
 }
 
-// Ping checks that the harness answers.
+// Ping checks that the harness answers: its next line must be the pong of this ping.
 func (c *Conn) Ping(ctx context.Context) error {
-	if err := c.write(request{Type: "ping"}); err != nil {
+	nonce := newNonce()
+	if err := c.write(request{Type: "ping", Nonce: nonce}); err != nil {
 		return err
 	}
-	if _, err := c.await(ctx, EventPong); err != nil {
+	if _, err := c.expect(ctx, EventPong, nonce); err != nil {
 		return fmt.Errorf("wait for harness pong: %w", err)
 	}
 	return nil
 }
 
 // Reset asks the harness to kill what earlier executions left and wipe the workspace
-// and temporary directory, and waits for reset_done. The harness does the same on its
-// own after every execute; see [Conn.AwaitReset].
+// and temporary directory, and waits for the reset_done of this request. The harness
+// does the same on its own after every execute; see [Conn.AwaitReset].
 func (c *Conn) Reset(ctx context.Context) error {
-	if err := c.write(request{Type: "reset"}); err != nil {
+	nonce := newNonce()
+	if err := c.write(request{Type: "reset", Nonce: nonce}); err != nil {
 		return err
 	}
-	if _, err := c.await(ctx, EventResetDone); err != nil {
+	if _, err := c.expect(ctx, EventResetDone, nonce); err != nil {
 		return fmt.Errorf("wait for harness reset_done: %w", err)
 	}
 	return nil
@@ -238,10 +274,11 @@ func (c *Conn) Reset(ctx context.Context) error {
 
 // AwaitReset waits for the reset_done with which the harness ends every execute, after
 // the script_done: by then it has killed what the execution left, wiped the workspace
-// and temporary directory, and warmed up the next child, as for a [Conn.Reset]. Call it
-// once after each [Executor.Run] that ended with a script_done.
+// and temporary directory, and warmed up the next child, as for a [Conn.Reset]. It
+// must be the next line and carry the nonce of the last execute. Call it once after
+// each [Executor.Run] that ended with a script_done.
 func (c *Conn) AwaitReset(ctx context.Context) error {
-	if _, err := c.await(ctx, EventResetDone); err != nil {
+	if _, err := c.expect(ctx, EventResetDone, c.executeNonce); err != nil {
 		return fmt.Errorf("wait for harness reset_done: %w", err)
 	}
 	return nil

@@ -65,8 +65,12 @@ type Result struct {
 	Signal   string `json:"signal,omitempty"`
 	// Reusable reports that the harness ended the execution cleanly (script_done
 	// arrived within the limits), so its container may be reset and reused. False after
-	// a host-side limit, a closed stream, or a cancel the harness did not confirm.
+	// a host-side limit, a closed stream, a protocol violation, or a cancel the harness
+	// did not confirm.
 	Reusable bool `json:"-"`
+	// Violation, when set, says how the stream broke the protocol (see ErrProtocol):
+	// the run ended there as crashed, and the container must be retired.
+	Violation string `json:"-"`
 }
 
 // EventFunc receives each event of an execution in order, ending with exactly one
@@ -110,11 +114,12 @@ func (e *Executor) Run(ctx context.Context, c *Conn, req Request, onEvent EventF
 		req.MaxOutputBytes = DefaultMaxOutputBytes
 	}
 	r := &run{
-		e:   e,
-		c:   c,
-		req: req,
-		on:  onEvent,
-		res: &Result{ExecutionID: req.ExecutionID},
+		e:     e,
+		c:     c,
+		req:   req,
+		on:    onEvent,
+		res:   &Result{ExecutionID: req.ExecutionID},
+		nonce: newNonce(),
 	}
 	err := r.run(ctx)
 	r.res.DurationMS = time.Since(started).Milliseconds()
@@ -129,6 +134,7 @@ type run struct {
 	on  EventFunc
 	res *Result
 
+	nonce     string // of the execute: its script_done must carry it
 	gotResult bool
 	gotError  bool
 	done      bool
@@ -143,8 +149,10 @@ func (r *run) run(ctx context.Context) error {
 	wait, stopWait := context.WithTimeout(ctx, r.req.Timeout+buffer)
 	defer stopWait()
 
+	r.c.executeNonce = r.nonce
 	err := r.c.write(request{
 		Type:            "execute",
+		Nonce:           r.nonce,
 		ExecutionID:     r.req.ExecutionID,
 		Script:          r.req.Script,
 		Timeout:         r.req.Timeout.Seconds(),
@@ -173,9 +181,9 @@ func (r *run) run(ctx context.Context) error {
 		if l.oversize || r.res.OutputBytes > r.req.MaxOutputBytes {
 			return r.fail(ctx, KindOutputLimit, fmt.Sprintf("Output limit exceeded: more than %d bytes", r.req.MaxOutputBytes))
 		}
-		ev, ok := r.decode(l.b)
-		if !ok {
-			continue
+		ev, err := r.decode(l.b)
+		if err != nil {
+			return r.violate(ctx, err)
 		}
 		if err := r.deliver(ctx, ev); err != nil {
 			r.cancelAfterCallback(ctx)
@@ -186,19 +194,36 @@ func (r *run) run(ctx context.Context) error {
 	return nil
 }
 
-func (r *run) decode(b []byte) (Event, bool) {
+// decode returns the event of line b, or an ErrProtocol if b is not an event of this
+// execution: not JSON, another execution's, a type an execution does not have, or a
+// script_done without this execute's nonce.
+func (r *run) decode(b []byte) (Event, error) {
 	var ev Event
 	if err := json.Unmarshal(b, &ev); err != nil {
-		r.logger().Debug("harness: skipped a non-JSON line", "execution_id", r.req.ExecutionID, "line", truncate(b, 200))
-		return ev, false
+		return ev, fmt.Errorf("%w: a line that is not JSON: %q", ErrProtocol, truncate(b, 120))
 	}
 	if ev.ExecutionID != r.req.ExecutionID {
-		if ev.ExecutionID != "" {
-			r.logger().Debug("harness: skipped an event of another execution", "execution_id", r.req.ExecutionID, "other", ev.ExecutionID, "type", ev.Type)
-		}
-		return ev, false
+		return ev, fmt.Errorf("%w: a %s event of execution %q", ErrProtocol, ev.Type, truncate([]byte(ev.ExecutionID), 80))
 	}
-	return ev, true
+	switch ev.Type {
+	case EventIntermediate, EventLog, EventStdout, EventStderr, EventFinalResult, EventError:
+	case EventScriptDone:
+		if ev.Nonce != r.nonce {
+			return ev, fmt.Errorf("%w: a script_done that does not carry the execute's nonce", ErrProtocol)
+		}
+	default:
+		return ev, fmt.Errorf("%w: a %q line during an execution", ErrProtocol, truncate([]byte(ev.Type), 80))
+	}
+	return ev, nil
+}
+
+// violate ends the run on a protocol violation: a crashed error and a script_done of
+// the executor's own, the container not reusable. Whatever arrived before stays
+// delivered, but the run is never a success.
+func (r *run) violate(ctx context.Context, err error) error {
+	r.logger().Warn("harness: protocol violation; the container will be retired", "execution_id", r.req.ExecutionID, "err", err)
+	r.res.Violation = err.Error()
+	return r.fail(ctx, KindCrashed, "Harness protocol violation: the container is retired")
 }
 
 // deliver folds ev into the result and passes it on.
@@ -278,9 +303,9 @@ func (r *run) cancel(ctx context.Context) error {
 		if l.oversize {
 			continue
 		}
-		ev, ok := r.decode(l.b)
-		if !ok {
-			continue
+		ev, err := r.decode(l.b)
+		if err != nil {
+			return r.violate(live, err)
 		}
 		if err := r.deliver(live, ev); err != nil {
 			return err
@@ -311,7 +336,11 @@ func (r *run) cancelAfterCallback(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		if ev, ok := r.decode(l.b); ok && ev.Type == EventScriptDone {
+		ev, err := r.decode(l.b)
+		if err != nil {
+			return
+		}
+		if ev.Type == EventScriptDone {
 			r.res.Reusable = true
 			return
 		}

@@ -74,6 +74,23 @@ DEFAULT_MAX_OUTPUT = 1 << 20
 # Events a child may send; anything else from the child pipe is dropped.
 CHILD_EVENT_TYPES = ("intermediate", "log", "final_result", "error")
 
+# Seconds past its timeout (counted by the parent from the request's dispatch) after
+# which an execution is a timeout whatever its child says: a script that swallows the
+# alarm or breaks the event stream cannot turn an overrun into a success.
+TIMEOUT_SLACK = 0.25
+
+# Longest event line kept from a child while its newline has not come: past it the
+# execution ends at its output limit (the line could never be sent anyway).
+# The buffer never holds more than the execution's output budget plus one read.
+EVENT_READ = 1 << 16
+
+# Reads of one pipe in one pass of the supervision loop, so that a script writing
+# without pause cannot keep the parent from its deadlines and cancels.
+READS_PER_PASS = 16
+
+# Seconds to wait for the zygote to answer a fork request.
+FORK_WAIT = 5.0
+
 # inspect.CO_COROUTINE: inspect itself costs 1.7 MB that every fork would copy.
 CO_COROUTINE = 0x80
 
@@ -257,10 +274,25 @@ class _ChildIO:
                 stream.flush()  # what the script printed before this event goes first
             except Exception:
                 pass
-        with self.lock:
-            view = memoryview(line)
-            while view:
-                view = view[os.write(self.fd, view):]
+        self.write(line)
+
+    def write(self, data):
+        """Writes data whole: an alarm that fires meanwhile waits until it is written,
+        so that a timeout never leaves half an event line in the pipe."""
+        main = threading.get_ident() == _MAIN_THREAD
+        if main:
+            _alarm["defer"] += 1
+        try:
+            with self.lock:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self.fd, view):]
+        finally:
+            if main:
+                _alarm["defer"] -= 1
+                if _alarm["pending"] and not _alarm["defer"]:
+                    _alarm["pending"] = False
+                    raise ScriptTimeout()
 
 
 def _helpers(io_, mode):
@@ -300,7 +332,17 @@ def _script_traceback(e):
     return "".join(["Traceback (most recent call last):\n"] + traceback.format_list(frames) + traceback.format_exception_only(type(e), e))
 
 
+# The alarm's state in a child: defer counts event writes under way in the main thread
+# (where Python runs signal handlers); an alarm during one is pending until it ends.
+_alarm = {"defer": 0, "pending": False, "fired": False}
+_MAIN_THREAD = threading.main_thread().ident
+
+
 def _on_alarm(signum, frame):
+    _alarm["fired"] = True
+    if _alarm["defer"]:
+        _alarm["pending"] = True
+        return
     raise ScriptTimeout()
 
 
@@ -400,7 +442,9 @@ def _run_script(io_, req, tools):
     g.update(tools)
     g.update(_helpers(io_, mode))
 
+    _alarm.update(defer=0, pending=False, fired=False)
     signal.signal(signal.SIGALRM, _on_alarm)
+    error = None
     try:
         code = compile(req.get("script", ""), "<script>", "exec")
         signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -409,15 +453,30 @@ def _run_script(io_, req, tools):
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except ScriptTimeout:
-        io_.send({"type": "error", "kind": "timeout", "error": "Script timed out after %s" % _fmt_seconds(timeout)})
+        error = {"type": "error", "kind": "timeout", "error": "Script timed out after %s" % _fmt_seconds(timeout)}
     except SystemExit as e:
-        io_.send({"type": "error", "kind": "script", "error": "Script called sys.exit(%s)" % ("" if e.code is None else repr(e.code))})
+        error = {"type": "error", "kind": "script", "error": "Script called sys.exit(%s)" % ("" if e.code is None else repr(e.code))}
     except BaseException as e:
-        io_.send({"type": "error", "kind": "script", "error": "%s: %s" % (type(e).__name__, e), "traceback": _script_traceback(e)})
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with io_.lock:
-        os.write(io_.fd, b'{"type":"_done"}\n')
+        error = {"type": "error", "kind": "script", "error": "%s: %s" % (type(e).__name__, e), "traceback": _script_traceback(e)}
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    if _alarm["fired"] and (error is None or error["kind"] != "timeout"):
+        # The script caught its timeout and went on: it still ran out of time.
+        error = {"type": "error", "kind": "timeout", "error": "Script timed out after %s" % _fmt_seconds(timeout)}
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    # The end in one write, behind a newline: whatever the script left unfinished on
+    # the event pipe (half a line, written when the alarm fired or on purpose) ends
+    # there and is dropped as malformed, and the error and the end stay whole.
+    end = b"\n"
+    if error is not None:
+        try:
+            end += (io_.dumps(error, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode("utf-8", "surrogatepass")
+        except BaseException:
+            end += b'{"type":"error","kind":"script","error":"the script\'s error could not be encoded"}\n'
+    io_.write(end + b'{"type":"_done"}\n')
     return 0
 
 
@@ -443,8 +502,10 @@ def _zygote_main(sock, tools):
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the harness gone, so are we
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)  # the children's stdin, and where their warm-up run writes
-        os.dup2(null, 1)  # never the protocol stream
-        os.close(null)
+        os.dup2(null, 1)
+        # Nothing of the harness's but the socket to it: not the protocol stream, not
+        # the directories and counters it holds open.
+        _close_all_but(0, 1, 2, sock.fileno())
         # What every child starts in, set here once rather than looked up in each.
         if WORKSPACE:
             try:
@@ -496,12 +557,19 @@ def _zygote_main(sock, tools):
     os._exit(code)
 
 
+class ZygoteLost(Exception):
+    """The zygote died, stopped or stopped answering: a script reached it. It is never
+    forked again from the harness, whose memory has held executions' data: the harness
+    exits, and the host retires the container."""
+
+
 class Zygote:
     """The harness's side of the zygote: asks it for children, learns how they ended.
 
     The children are the zygote's, not the harness's: the zygote reaps them and sends
     each wait status. What a child leaves behind is reparented to the harness, the
-    subreaper, which kills it."""
+    subreaper (PID 1 in a container), which kills it. The zygote is forked once, at
+    start, before any execution: see ZygoteLost."""
 
     def __init__(self, tools):
         self.tools = tools
@@ -536,19 +604,21 @@ class Zygote:
 
     def fork(self, fds):
         """Has the zygote fork a child with fds (its request, event, stdout and stderr
-        pipe ends). Restarts a zygote that died (a script may kill it) once."""
-        for attempt in (0, 1):
-            try:
-                socket.send_fds(self.sock, [b"F"], fds)
-                while True:
-                    kind, pid, status = self._recv(None)
-                    if kind == b"P":
-                        return pid
-            except OSError:
-                if attempt:
-                    raise
-                self.stop()
-                self.start()
+        pipe ends). Raises ZygoteLost if the zygote is gone, stopped or silent."""
+        if self.sock is None or _proc_state(self.pid) in (None, "T", "t", "Z", "X"):
+            raise ZygoteLost("the zygote is gone or stopped")
+        deadline = time.monotonic() + FORK_WAIT
+        try:
+            socket.send_fds(self.sock, [b"F"], fds)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ZygoteLost("the zygote did not answer a fork request within %gs" % FORK_WAIT)
+                kind, pid, status = self._recv(left)
+                if kind == b"P":
+                    return pid
+        except OSError as e:
+            raise ZygoteLost("the zygote is gone: %s" % e) from None
 
     def _recv(self, timeout):
         """One message; (None, 0, 0) on timeout. Raises OSError if the zygote is gone."""
@@ -607,7 +677,7 @@ class Child:
         self.fds = {"event": ev_r, "stdout": out_r, "stderr": err_r}
         self.zygote = zygote
         self.status = None  # wait status once reaped
-        self.evbuf = b""  # event bytes read but not yet parsed
+        self.evbuf = bytearray()  # event bytes read but not yet parsed
         self.is_warm = False
         # Prepared here, at fork time, off the critical path of the execution.
         self.poll = select.poll()
@@ -923,6 +993,10 @@ class Harness:
         _prctl(PR_SET_DUMPABLE, 0)
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        # No handler for anything a process can send: as a container's PID 1 the kernel
+        # then drops every signal sent from inside the container, SIGKILL and SIGSTOP
+        # too (pid_namespaces(7)). Python's own SIGINT handler would let a script end us.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         self.tools, self.tool_errors = load_tools(TOOLS_DIR)
         _nonblock(self.in_fd)
         self.idle_poll.register(self.in_fd, select.POLLIN)
@@ -960,41 +1034,53 @@ class Harness:
     # -- main loop --------------------------------------------------------------------
 
     def serve(self):
+        """Serves requests until stdin ends. Returns the exit code: 0, or 3 when the
+        zygote was lost (the container must be retired; see ZygoteLost)."""
         self.start()
-        while not self.eof or self.pending:
-            req = self._next_request(None)
-            if req is None:
-                continue
-            self._handle(req)
+        code = 0
+        try:
+            while not self.eof or self.pending:
+                req = self._next_request(None)
+                if req is None:
+                    continue
+                self._handle(req)
+        except ZygoteLost as e:
+            # No reset_done: the host sees the stream end and retires the container.
+            sys.stderr.write("harness: %s; exiting, the container must not be used again\n" % e)
+            code = 3
         self.out.flush()
         self._kill_child(self.warm)
         self.warm = None
         self.zygote.stop()
         self._kill_leftovers()
+        return code
 
     def _handle(self, req):
         kind = req.get("type")
+        nonce = req.get("nonce")
         if kind == "execute":
             self._execute(req)
             # Every execute ends with the reset the host would ask for, unasked: the host
             # lends the container again at this reset_done without a round trip of its own.
-            self._reset_done()
+            self._reset_done(nonce)
         elif kind == "reset":
             self._reset()
-            self._reset_done()
+            self._reset_done(nonce)
         elif kind == "ping":
-            self.out.send({"type": "pong", "version": HARNESS_VERSION})
+            self.out.send({"type": "pong", "version": HARNESS_VERSION, "nonce": nonce})
         elif kind == "cancel":
             pass  # nothing is running: a late cancel is harmless
         else:
             self.out.send({"type": "log", "level": "warning", "message": "harness: unknown request type %r" % (kind,)})
 
-    def _reset_done(self):
+    def _reset_done(self, nonce):
+        """Says reset_done, answering the request of nonce. The host takes it as an
+        answer to that request only: the nonce never reaches a script."""
         if self.warm is None:
             self.warm = self._fork()
         # reset_done means ready: the next execute finds a warmed-up child.
         self._await_warm(self.warm, WARM_WAIT)
-        self.out.send({"type": "reset_done"})
+        self.out.send({"type": "reset_done", "nonce": nonce})
         self.out.flush()
 
     def _await_warm(self, child, timeout):
@@ -1051,8 +1137,6 @@ class Harness:
             except ValueError as e:
                 self.out.send({"type": "log", "level": "warning", "message": "harness: ignored a malformed request: %s" % e})
                 continue
-            if req.get("type") == "execute":
-                req["_raw"] = line  # forwarded to the child as it came, not encoded again
             self.pending.append(req)
 
     def _next_request(self, timeout):
@@ -1094,8 +1178,8 @@ class Harness:
         self.warm = self._fork()
 
     def _dispatch(self, child, req):
-        raw = req.get("_raw")
-        data = raw + b"\n" if raw is not None else (json.dumps(req) + "\n").encode()
+        # Encoded again without the nonce: the script must never learn it.
+        data = (json.dumps({k: v for k, v in req.items() if k != "nonce"}, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
         try:
             view = memoryview(data)
             while view:
@@ -1204,12 +1288,18 @@ class Harness:
                     pass
 
 
-def _is_zombie(pid):
+def _proc_state(pid):
+    """The state letter of /proc/<pid>/stat (R, S, T, Z...), or None if pid is gone."""
     try:
         data = _read_proc("%d/stat" % pid)
-        return data[data.rindex(b")") + 2 : data.rindex(b")") + 3] == b"Z"
+        i = data.rindex(b")") + 2
+        return data[i : i + 1].decode()
     except (OSError, ValueError):
-        return True
+        return None
+
+
+def _is_zombie(pid):
+    return _proc_state(pid) in (None, "Z")
 
 
 class Run:
@@ -1227,6 +1317,11 @@ class Run:
             "stdout": codecs.getincrementaldecoder("utf-8")(errors="replace"),
             "stderr": codecs.getincrementaldecoder("utf-8")(errors="replace"),
         }
+        self.nonce = req.get("nonce")
+        # The parent's own clock decides timeouts: the child is the script's process
+        # and may say anything, or nothing (see TIMEOUT_SLACK).
+        self.deadline = time.monotonic() + self.timeout
+        self.ended_at = None  # when supervision saw the child end, or gave up on it
         self.result = False
         self.error = False
         self.finished = False  # the child said it is done
@@ -1288,8 +1383,7 @@ class Run:
         if not h.eof:
             poll.register(h.in_fd, select.POLLIN)
             child.names[h.in_fd] = "stdin"
-        started = time.monotonic()
-        hard = started + self.timeout + HARD_KILL_GRACE
+        hard = self.deadline + HARD_KILL_GRACE
         exited = False
         self._during_run()  # requests that arrived together with the execute
         while not self.finished and not exited and self.killed is None:
@@ -1320,6 +1414,7 @@ class Run:
                 exited = self._orphan_ended(child)
             if self.over_limit and self.killed is None:
                 self.killed = "output_limit"
+        self.ended_at = time.monotonic()
         # Stop everything of this execution, then relay what was already written.
         self.h._kill_group(child.pid)
         try:
@@ -1352,7 +1447,7 @@ class Run:
                 if str(req.get("execution_id") or "") == self.eid and self.killed is None:
                     self.killed = "cancelled"
             elif kind == "ping":
-                h.out.send({"type": "pong", "version": HARNESS_VERSION})
+                h.out.send({"type": "pong", "version": HARNESS_VERSION, "nonce": req.get("nonce")})
             elif kind == "reset":
                 if self.killed is None:
                     self.killed = "cancelled"
@@ -1360,7 +1455,7 @@ class Run:
             elif kind == "execute":
                 other = str(req.get("execution_id") or "")
                 h.out.send({"type": "error", "execution_id": other, "kind": "infrastructure", "error": "harness is busy with execution %s" % self.eid})
-                h.out.send({"type": "script_done", "execution_id": other, "exit_code": None, "signal": None, "duration_ms": 0})
+                h.out.send({"type": "script_done", "execution_id": other, "exit_code": None, "signal": None, "duration_ms": 0, "nonce": req.get("nonce")})
             else:
                 keep.append(req)
         h.pending[:] = keep
@@ -1369,7 +1464,7 @@ class Run:
         fd = child.fds.get(stream)
         if fd is None:
             return
-        while True:
+        for _ in range(READS_PER_PASS):
             try:
                 data = os.read(fd, CHUNK_BYTES)
             except BlockingIOError:
@@ -1409,23 +1504,36 @@ class Run:
         fd = child.fds.get("event")
         if fd is None:
             return
-        while True:
+        buf = child.evbuf
+        for _ in range(READS_PER_PASS):
             try:
-                data = os.read(fd, 1 << 16)
+                data = os.read(fd, EVENT_READ)
             except (BlockingIOError, OSError):
                 break
             if not data:
                 self._close_fd(child, "event")
                 break
-            child.evbuf += data
-        if b"\n" in child.evbuf:
-            # The child flushes its output before it writes an event, so everything it
-            # printed before the events just read is in the output pipes now: relay it
-            # first. (Draining before the read would race with the child's writes.)
-            self._drain_text(child)
-        while b"\n" in child.evbuf:
-            line, child.evbuf = child.evbuf.split(b"\n", 1)
-            self._child_event(line)
+            buf += data
+            if b"\n" not in data and len(buf) > max(self.budget - self.used(), 0) + EVENT_READ:
+                # A line longer than what may still be sent could never be sent: the
+                # script is over its output limit, and nothing more is kept.
+                buf.clear()
+                self.over_limit = True
+                return
+            if b"\n" in data:
+                break
+        end = buf.rfind(b"\n")
+        if end < 0:
+            return
+        # The child flushes its output before it writes an event, so everything it
+        # printed before the events just read is in the output pipes now: relay it
+        # first. (Draining before the read would race with the child's writes.)
+        self._drain_text(child)
+        lines = bytes(buf[:end]).split(b"\n")
+        del buf[: end + 1]
+        for line in lines:
+            if line:  # empty: the newline the child puts before its end (see _run_script)
+                self._child_event(line)
 
     def _child_event(self, line):
         try:
@@ -1451,13 +1559,28 @@ class Run:
             clean["level"] = str(ev.get("level", "info"))
             clean["message"] = str(ev.get("message", ""))
         else:
-            clean["kind"] = str(ev.get("kind") or "script")
+            clean["kind"] = self._error_kind(ev.get("kind"))
             clean["error"] = str(ev.get("error", ""))
+            if clean["kind"] == "timeout":
+                clean["error"] = "Script timed out after %s" % _fmt_seconds(self.timeout)
             if ev.get("traceback"):
                 clean["traceback"] = str(ev["traceback"])
+        if kind == "final_result" and time.monotonic() > self.deadline + TIMEOUT_SLACK:
+            self.emit_limited({"type": "log", "level": "warning", "message": "harness: dropped a result that came after the script's timeout"})
+            return
         if kind == "final_result" and self.result or kind == "error" and self.error:
             return  # one result and one error per execution
         self.emit_limited(clean)
+
+    def _error_kind(self, claimed):
+        """The kind of an error the child reports: a timeout only once the parent's own
+        clock says so, and a timeout whatever it says once the slack is past; otherwise
+        the script's own failure. The child is the script's process: any other kind it
+        claims (crashed, oom, infrastructure...) would let a script steer the host."""
+        now = time.monotonic()
+        if now > self.deadline + TIMEOUT_SLACK or claimed == "timeout" and now >= self.deadline:
+            return "timeout"
+        return "script"
 
     def _orphan_ended(self, child):
         """Whether a child whose zygote died has ended: it is ours to reap by now."""
@@ -1487,7 +1610,8 @@ class Run:
             elif os.WIFSIGNALED(status):
                 sig = os.WTERMSIG(status)
         self.exit_code, self.signal = code, sig
-        if self.killed == "timeout" and not self.error:
+        late = self.ended_at is not None and self.ended_at > self.deadline + TIMEOUT_SLACK
+        if (self.killed == "timeout" or late and self.killed is None) and not self.error:
             self.emit({"type": "error", "kind": "timeout", "error": "Script timed out after %s" % _fmt_seconds(self.timeout)})
         elif self.killed == "cancelled" and not self.error:
             self.emit({"type": "error", "kind": "cancelled", "error": "Execution cancelled"})
@@ -1517,6 +1641,7 @@ class Run:
             "exit_code": self.exit_code,
             "signal": _signame(self.signal) if self.signal else None,
             "duration_ms": round((time.monotonic() - started) * 1000, 3),
+            "nonce": self.nonce,
         }
         self.h.out.send(ev)
         self.h.out.flush()  # the host waits for it: never behind anything
@@ -1529,11 +1654,20 @@ def _signame(sig):
         return str(sig)
 
 
+def _protocol_fds():
+    """Moves the protocol stream off fds 0 and 1 to descriptors of its own, and puts
+    /dev/null on 0 and stderr on 1: what a tool prints at import, or a library writes
+    to stdout, goes to the container's log instead of into the protocol."""
+    in_fd, out_fd = os.dup(0), os.dup(1)  # not inheritable: no exec'd program gets them
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return in_fd, out_fd
+
+
 def main():
-    try:
-        Harness().serve()
-    except KeyboardInterrupt:
-        pass
+    sys.exit(Harness(*_protocol_fds()).serve())
 
 
 if __name__ == "__main__":

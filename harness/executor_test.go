@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -256,6 +257,14 @@ func TestHostileScriptsEndInAnErrorAndTheHarnessLives(t *testing.T) {
 		{"killing itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", nil, KindCrashed, "SIGKILL"},
 		{"printing 10 MB", "import sys\nfor _ in range(10 * 1024):\n    sys.stdout.write('x' * 1023 + '\\n')", []func(*Request){maxOutput(1 << 20)}, KindOutputLimit, "Output limit exceeded"},
 		{"writing 10 MB of binary to fd 1", "import os\nfor _ in range(160):\n    os.write(1, os.urandom(65536))", []func(*Request){maxOutput(1 << 20)}, KindOutputLimit, "Output limit exceeded"},
+		// The attacker writes to its own event pipe directly (see eventFD).
+		{"half an event line, then the timeout", "import os\nos.write(" + eventFD + ", b'{\"type\":\"final_result\",\"data\":')\nwhile True: pass", []func(*Request){timeout(time.Second)}, KindTimeout, "Script timed out after 1s"},
+		{"half an event line in interactive mode, then the timeout", "import os\nos.write(" + eventFD + ", b'{\"type\":\"log\",')\nwhile True: pass", []func(*Request){timeout(time.Second), interactive}, KindTimeout, "Script timed out after 1s"},
+		{"a timeout caught, then a result", "try:\n    while True: pass\nexcept BaseException:\n    pass\nemit_result('in time?')", []func(*Request){timeout(time.Second)}, KindTimeout, "Script timed out after 1s"},
+		{"a timeout caught, then a result long after", "import time\ntry:\n    while True: pass\nexcept BaseException:\n    pass\nimport executor_harness as eh\neh._alarm['fired'] = False\ntime.sleep(0.5)\nemit_result('late')", []func(*Request){timeout(time.Second)}, KindTimeout, "Script timed out after 1s"},
+		{"100 MB on the event pipe with no newline", "import os\nfd = " + eventFD + "\nchunk = b'x' * (1 << 20)\nfor _ in range(100):\n    os.write(fd, chunk)\nemit_result(1)", []func(*Request){maxOutput(1 << 20), timeout(20 * time.Second)}, KindOutputLimit, "Output limit exceeded"},
+		{"a forged error kind", "import os\nos.write(" + eventFD + ", b'{\"type\":\"error\",\"kind\":\"infrastructure\",\"error\":\"retry me\"}\\n')", nil, KindScript, "retry me"},
+		{"a timeout claimed early", "import os\nos.write(" + eventFD + ", b'{\"type\":\"error\",\"kind\":\"timeout\",\"error\":\"x\"}\\n')", nil, KindScript, "x"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -277,6 +286,10 @@ func TestHostileScriptsEndInAnErrorAndTheHarnessLives(t *testing.T) {
 		})
 	}
 }
+
+// eventFD is Python for the script's own event pipe, the one descriptor above 2 that
+// is a pipe: an attacker writes protocol lines there by hand.
+const eventFD = "[fd for fd in range(3, 256) if os.path.exists('/proc/self/fd/%d' % fd) and os.readlink('/proc/self/fd/%d' % fd).startswith('pipe:')][0]"
 
 // harnessPID is Python for the harness's pid, seen from a script: the parent of its
 // parent, the zygote.
@@ -316,6 +329,7 @@ func TestCancelStopsARunningScript(t *testing.T) {
 	if got := rec.types(); got[len(got)-1] != EventScriptDone {
 		t.Errorf("events = %v, want script_done last", got)
 	}
+	h.settle(t, res)
 	h.mustPing(t)
 	after, _ := h.exec(t, "after", "emit_result('fine')")
 	if !after.Success {
@@ -340,6 +354,7 @@ func TestACallbackErrorStopsTheRun(t *testing.T) {
 	if !res.Reusable {
 		t.Error("the harness confirmed the cancel, so it should be reusable")
 	}
+	h.settle(t, res)
 	h.mustPing(t)
 }
 
@@ -402,20 +417,28 @@ func TestResetWipesTheWorkspace(t *testing.T) {
 	}
 }
 
-// TestKillingTheZygoteCostsNothing: the script's parent is the zygote, which a script
-// may kill (same uid). The script goes on to its result, and the harness forks the
-// next executions from a new zygote.
-func TestKillingTheZygoteCostsNothing(t *testing.T) {
+// TestAKilledZygoteRetiresTheHarness: the script's parent is the zygote, which a
+// script may kill (same uid). The script goes on to its own result; then the harness,
+// whose memory has held that execution's data, forks no new zygote: it says no
+// reset_done and exits, so the host retires the container.
+func TestAKilledZygoteRetiresTheHarness(t *testing.T) {
 	h := startHarness(t, nil)
-	res, _ := h.exec(t, "zygote-killer", "import os\nos.kill(os.getppid(), 9)\nimport time\ntime.sleep(0.1)\nemit_result(os.getppid())")
-	if !res.Success {
-		t.Fatalf("result: %q (%s), want success", res.Error, res.ErrorKind)
+	var e Executor
+	res, err := e.Run(context.Background(), h.Conn, Request{ExecutionID: "zygote-killer", Script: "import os\nos.kill(os.getppid(), 9)\nimport time\ntime.sleep(0.1)\nemit_result(os.getppid())"}, nil)
+	if err != nil || !res.Success {
+		t.Fatalf("result: %v %q (%s), want the script's own success", err, res.Error, res.ErrorKind)
 	}
-	for i := range 3 {
-		res, _ := h.exec(t, fmt.Sprintf("after-%d", i), "import os\nemit_result(os.getppid())")
-		if !res.Success || !res.Reusable {
-			t.Fatalf("execution %d after the zygote was killed: %q (%s) reusable=%v", i, res.Error, res.ErrorKind, res.Reusable)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.Conn.AwaitReset(ctx); err == nil || !errors.Is(err, ErrClosed) {
+		t.Fatalf("after the zygote was killed: %v, want the stream to end without reset_done", err)
 	}
-	h.mustPing(t)
+	select {
+	case <-h.waited:
+	case <-ctx.Done():
+		t.Fatal("the harness did not exit")
+	}
+	if code := h.cmd.ProcessState.ExitCode(); code != 3 {
+		t.Errorf("harness exit code %d, want 3", code)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -51,18 +52,14 @@ func (f *fakeHarness) say(lines ...string) {
 	}
 }
 
-func TestExecutorSkipsForeignAndMalformedLines(t *testing.T) {
+func TestExecutorTakesOnlyItsExecutionsLinesAndTheNoncedEnd(t *testing.T) {
 	f := newFake(t, 0)
 	go func() {
-		<-f.requests
+		req := <-f.requests
 		f.say(
-			`{"type":"final_result","execution_id":"old","data":"stale"}`,
-			`{"type":"script_done","execution_id":"old"}`,
-			`this is not json`,
-			`{"type":"pong"}`,
 			`{"type":"intermediate","execution_id":"now","label":"l","data":[1]}`,
 			`{"type":"final_result","execution_id":"now","data":{"ok":true}}`,
-			`{"type":"script_done","execution_id":"now","exit_code":0}`,
+			`{"type":"script_done","execution_id":"now","exit_code":0,"nonce":"`+req["nonce"].(string)+`"}`,
 		)
 	}()
 	rec := &recorder{}
@@ -71,11 +68,71 @@ func TestExecutorSkipsForeignAndMalformedLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Success || string(res.FinalData) != `{"ok":true}` || !res.Reusable {
+	if !res.Success || string(res.FinalData) != `{"ok":true}` || !res.Reusable || res.Violation != "" {
 		t.Errorf("result = %+v", res)
 	}
 	if got := rec.types(); !slices.Equal(got, []string{EventIntermediate, EventFinalResult, EventScriptDone}) {
-		t.Errorf("events = %v, want only this execution's", got)
+		t.Errorf("events = %v", got)
+	}
+}
+
+// TestALineThatAnswersNothingEndsTheRunAndRetiresTheContainer: the harness is the only
+// writer of its stream, so a line that is not its execution's, or an end without the
+// execute's nonce, means something else writes there. The run is never a success,
+// even with a result before it, and the container is not reused.
+func TestALineThatAnswersNothingEndsTheRunAndRetiresTheContainer(t *testing.T) {
+	for _, tc := range []struct{ name, line string }{
+		{"another execution's result", `{"type":"final_result","execution_id":"old","data":"stale"}`},
+		{"another execution's end", `{"type":"script_done","execution_id":"old","nonce":"NONCE"}`},
+		{"a line that is not JSON", `this is not json`},
+		{"a pong nobody asked for", `{"type":"pong","nonce":"NONCE"}`},
+		{"a reset_done during the run", `{"type":"reset_done","nonce":"NONCE"}`},
+		{"an end without the nonce", `{"type":"script_done","execution_id":"now"}`},
+		{"an end with a guessed nonce", `{"type":"script_done","execution_id":"now","nonce":"00000000000000000000000000000000"}`},
+		{"an event with no execution id", `{"type":"final_result","data":"forged"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, 0)
+			go func() {
+				req := <-f.requests
+				nonce := req["nonce"].(string)
+				f.say(
+					`{"type":"final_result","execution_id":"now","data":"forged"}`,
+					strings.ReplaceAll(tc.line, "NONCE", nonce),
+					`{"type":"script_done","execution_id":"now","nonce":"`+nonce+`"}`,
+				)
+			}()
+			rec := &recorder{}
+			var e Executor
+			res, err := e.Run(context.Background(), f.conn, Request{ExecutionID: "now", Script: "x"}, rec.on)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Success || res.ErrorKind != KindCrashed || res.Reusable || !strings.Contains(res.Violation, "protocol violation") {
+				t.Errorf("result: success=%v kind=%q reusable=%v violation=%q, want a crash, not reusable", res.Success, res.ErrorKind, res.Reusable, res.Violation)
+			}
+			if got := rec.types(); !slices.Equal(got, []string{EventFinalResult, EventError, EventScriptDone}) {
+				t.Errorf("events = %v, want the run to end at the line", got)
+			}
+		})
+	}
+}
+
+func TestEveryAnswerMustCarryItsRequestsNonce(t *testing.T) {
+	f := newFake(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() {
+		req := <-f.requests
+		f.say(`{"type":"pong","nonce":"` + req["nonce"].(string) + `"}`)
+		<-f.requests
+		f.say(`{"type":"pong","nonce":"` + req["nonce"].(string) + `"}`) // the first ping's, again
+	}()
+	if err := f.conn.Ping(ctx); err != nil {
+		t.Fatalf("a pong with the ping's nonce: %v", err)
+	}
+	if err := f.conn.Ping(ctx); !errors.Is(err, ErrProtocol) {
+		t.Errorf("a replayed pong: %v, want ErrProtocol", err)
 	}
 }
 

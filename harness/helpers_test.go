@@ -113,7 +113,22 @@ func (h *localHarness) exec(t testing.TB, id, script string, opts ...func(*Reque
 	if err != nil {
 		t.Fatalf("run %s: %v", id, err)
 	}
+	h.settle(t, res)
 	return res, rec
+}
+
+// settle waits, as the pool does, for the reset_done that ends an execution the
+// harness ended cleanly.
+func (h *localHarness) settle(t testing.TB, res *Result) {
+	t.Helper()
+	if !res.Reusable {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.Conn.AwaitReset(ctx); err != nil {
+		t.Fatalf("after execution %s: %v", res.ExecutionID, err)
+	}
 }
 
 func (h *localHarness) mustPing(t testing.TB) {

@@ -87,6 +87,9 @@ type Event struct {
 	ExitCode    *int            `json:"exit_code,omitempty"`
 	Signal      string          `json:"signal,omitempty"`
 	DurationMS  float64         `json:"duration_ms,omitempty"`
+	// Nonce is set on script_done, reset_done and pong: the nonce of the request they
+	// answer. The host takes none of them without it.
+	Nonce string `json:"nonce,omitempty"`
 }
 
 // Ready is the harness's first event: what it loaded.
@@ -107,7 +110,11 @@ type ToolError struct {
 
 // request is one line host to harness.
 type request struct {
-	Type            string   `json:"type"`
+	Type string `json:"type"`
+	// Nonce is a random value per request (execute, reset, ping) that the harness
+	// echoes in its answer and never passes to a script: a line that claims to
+	// answer without it is not believed. See newNonce.
+	Nonce           string   `json:"nonce,omitempty"`
 	ExecutionID     string   `json:"execution_id,omitempty"`
 	Script          string   `json:"script,omitempty"`
 	Timeout         float64  `json:"timeout,omitempty"`

@@ -79,11 +79,16 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 			env = append(env, s+"="+v)
 		}
 	}
-	network := container.NetworkMode("none")
-	if sb.Network != "" {
-		network = container.NetworkMode(sb.Network)
-	}
 	var mounts []mount.Mount
+	if sb.EgressVolume != "" {
+		mounts = append(mounts, mount.Mount{
+			Type:          mount.TypeVolume,
+			Source:        sb.EgressVolume,
+			Target:        EgressDir,
+			ReadOnly:      true,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
+		})
+	}
 	for _, m := range sb.Mounts {
 		mounts = append(mounts, mount.Mount{
 			Type:     mount.TypeBind,
@@ -92,7 +97,6 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 			ReadOnly: m.ReadOnly,
 		})
 	}
-	yes := true
 	pids := sb.PIDs
 	tmpfs := func(size int64) string {
 		// Docker gives a tmpfs the owner of the image's directory; uid and gid make it
@@ -112,12 +116,13 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 			AttachStderr: true,
 			Tty:          false,
 			WorkingDir:   "/workspace",
-			// With no network, runc still gives the container a namespace of its own with
-			// only loopback, but dockerd makes no libnetwork sandbox for it and adds no
-			// prestart hook: with network mode "none" alone, runc runs dockerd's whole
-			// binary again (libnetwork-setkey) at every start: ~110 ms of the ~500 ms of
-			// CPU that a spawn and a removal took here (docs/PERFORMANCE.md).
-			NetworkDisabled: sb.Network == "",
+			// No network, even with egress (that is a Unix socket in EgressVolume): runc
+			// still gives the container a namespace of its own with only loopback, but
+			// dockerd makes no libnetwork sandbox for it and adds no prestart hook: with
+			// network mode "none" alone, runc runs dockerd's whole binary again
+			// (libnetwork-setkey) at every start: ~110 ms of the ~500 ms of CPU that a
+			// spawn and a removal took here (docs/PERFORMANCE.md).
+			NetworkDisabled: true,
 			Labels: map[string]string{
 				LabelManaged:  "true",
 				LabelWorker:   p.cfg.WorkerID,
@@ -125,15 +130,19 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 				LabelChecksum: sb.Checksum,
 			},
 		},
+		// No Init: the harness is PID 1. docker-init, running as the sandbox user,
+		// held the attached stream where a script could open it (/proc/1/fd/0 and 1)
+		// and stop the harness. The harness as PID 1 is not dumpable, so its /proc
+		// entries are closed to scripts, and the kernel drops every signal sent to it
+		// from inside the container, SIGKILL and SIGSTOP included (docs/SECURITY.md).
 		HostConfig: &container.HostConfig{
-			NetworkMode: network,
+			NetworkMode: "none",
 			// The protocol is read from the attached stream; a logging driver would only
 			// copy every line to the host's disk, where an output flood could fill it.
 			LogConfig:      container.LogConfig{Type: "none"},
 			ReadonlyRootfs: true,
 			CapDrop:        []string{"ALL"},
 			SecurityOpt:    []string{"no-new-privileges"},
-			Init:           &yes,
 			Runtime:        sb.Runtime,
 			Tmpfs: map[string]string{
 				"/workspace": tmpfs(sb.WorkspaceBytes),

@@ -65,6 +65,8 @@ func (l *Lease) Run(ctx context.Context, req harness.Request, on harness.EventFu
 		res.Error = "Container was killed: out of memory"
 	}
 	switch {
+	case res.Violation != "":
+		l.Retire(RetireViolation)
 	case res.ErrorKind == harness.KindOOM:
 		l.Retire(RetireOOM)
 	case !res.Reusable && res.ErrorKind == harness.KindCrashed:

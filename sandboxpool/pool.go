@@ -29,6 +29,9 @@ const (
 	RetireIdle        = "idle_timeout"
 	RetireExited      = "exited"
 	RetireClosing     = "closing"
+	// RetireViolation: the harness stream broke the protocol (harness.ErrProtocol):
+	// a line nobody asked for, or an answer without its request's nonce.
+	RetireViolation = "protocol_violation"
 )
 
 // maintainInterval is how often the pool replenishes, culls idle overflow and checks
@@ -185,10 +188,22 @@ func (p *Pool) Checkout(ctx context.Context, name string) (*Lease, error) {
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if n := len(sb.idle); n > 0 {
+	for n := len(sb.idle); n > 0; n = len(sb.idle) {
 		c := sb.idle[n-1]
 		sb.idle[n-1] = nil
 		sb.idle = sb.idle[:n-1]
+		if !c.conn.Quiet() {
+			// Its stream ended, or its harness said something since its last answer.
+			c.state = stateChecking // out of the idle queue already
+			reason := RetireViolation
+			select {
+			case <-c.conn.Done():
+				reason = RetireExited
+			default:
+			}
+			p.retireLocked(c, reason)
+			continue
+		}
 		p.lendLocked(c)
 		sb.stats.Checkouts++
 		p.mu.Unlock()
