@@ -4,8 +4,14 @@
 // The harness (executor_harness.py, embedded with go:embed and exposed as
 // [Script]) is the long-lived process inside every sandbox container. It reads
 // one JSON request a line on stdin (execute, cancel, reset, ping) and writes one
-// JSON event a line on stdout. Each execute runs in a forked child of the
-// harness, so nothing a script does survives into the next execution.
+// JSON event a line on stdout. Each execute runs in a process forked from a
+// zygote, so nothing a script does survives into the next execution. In a
+// container the harness is PID 1 and the only holder of the stream.
+//
+// The host trusts the stream only as answers to what it asked: every request
+// carries a nonce that the harness echoes in script_done, reset_done and pong and
+// never passes to a script, and any other line is an [ErrProtocol], after which
+// the container is retired (docs/SECURITY.md, the trust model).
 //
 // [Executor] sends one request over any reader/writer pair (a container's
 // attached stream or a local python3 process) and collects that execution's

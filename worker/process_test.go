@@ -76,6 +76,12 @@ func (s *syncWriter) Write(b []byte) (int, error) {
 // writeConfig writes a config with the example sandbox and fast failure detection.
 func writeConfig(t testing.TB, extra string) string {
 	t.Helper()
+	return writeConfigWith(t, extra, "pool: {size: 1, max_overflow: 1}")
+}
+
+// writeConfigWith is writeConfig with the sandbox's pool line.
+func writeConfigWith(t testing.TB, extra, pool string) string {
+	t.Helper()
 	tools := filepath.Join(testenv.RepoRoot(), "examples", "tools", "*.py")
 	cfg := fmt.Sprintf(`worker:
   ack_wait: 3s
@@ -87,8 +93,8 @@ func writeConfig(t testing.TB, extra string) string {
 %ssandboxes:
   default:
     tools: [%q]
-    pool: {size: 1, max_overflow: 1}
-`, extra, tools)
+    %s
+`, extra, tools, pool)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

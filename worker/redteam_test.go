@@ -1,0 +1,420 @@
+package worker_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/wire"
+)
+
+// The red-team suite plays the attacker of docs/SECURITY.md: the author of the script
+// has read this repository and runs arbitrary code as the sandbox uid until the
+// timeout. Each attack goes through `worker serve` (a process of its own), NATS and
+// real containers, and is followed by ordinary jobs sent two at a time to a sandbox of
+// two containers, so that some land where the attacker was. Every one of them must
+// return its own result and nothing else.
+
+// attack is one row of docs/SECURITY.md's red-team table.
+type attack struct {
+	name string
+	// script is the attacker's; EXECUTION_ID in it is its own execution id, which
+	// the attacker's agent chose and so knows.
+	script string
+	// prepare, if set, runs before the attack (a victim whose secret the attack hunts)
+	// and returns what the attack's later probes look for.
+	prepare func(t *testing.T, rt *redTeam) string
+	// judge checks the attacker's own events: above all, that forged lines never made
+	// it a success.
+	judge func(t *testing.T, evs []*wire.Event)
+	// retires says whether the attacked container must be gone afterwards: no later
+	// job runs there. If false, some later job must run there (and be unharmed).
+	retires bool
+	// probe, if set, makes a later job's script from what prepare returned; the job
+	// must end with emit_result(True).
+	probe func(hunted string) string
+}
+
+// reached is Python that the attack scripts share: reach(what, fn) records what when
+// fn() succeeds, and others() lists every process but the script's own.
+const reached = `import os, signal, json, ctypes
+REACHED = []
+def reach(what, fn):
+    try:
+        fn()
+        REACHED.append(what)
+    except Exception:
+        pass
+def others():
+    return sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid())
+def state(pid):
+    try:
+        return open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[0]
+    except OSError:
+        return 'gone'
+`
+
+// forged is what an attacker holding the protocol stream would write for execution
+// EXECUTION_ID: its result, its end and the reset that lends the container again.
+const forged = `FORGED = ('{"type":"final_result","execution_id":"EXECUTION_ID","data":"forged"}\n'
+          '{"type":"script_done","execution_id":"EXECUTION_ID","exit_code":0}\n{"type":"reset_done"}\n').encode()
+`
+
+var redTeamAttacks = []attack{
+	{
+		name: "take over the protocol stream and forge its own end",
+		// docker-init's attack: open PID 1's (or anyone's) stdin and stdout through /proc,
+		// stop the harness and the zygote, and write a success for itself.
+		script: reached + forged + `
+for pid in others():
+    reach('stopped %d' % pid, lambda: os.kill(pid, signal.SIGSTOP))
+    try:
+        fds = os.listdir('/proc/%d/fd' % pid)
+    except OSError:
+        fds = ['0', '1', '2']
+    for fd in fds:
+        path = '/proc/%d/fd/%s' % (pid, fd)
+        reach('wrote ' + path, lambda: os.write(os.open(path, os.O_WRONLY | os.O_NONBLOCK), FORGED))
+        reach('read ' + path, lambda: os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+print('reached:', json.dumps(sorted(w for w in REACHED if not w.startswith('stopped '))))
+print('pid 1 stopped:', state(1) in ('T', 't', 'gone'))
+`,
+		judge: func(t *testing.T, evs []*wire.Event) {
+			forgedResult(t, evs)
+			if done := last(evs); done.Success {
+				t.Errorf("the attacker's job succeeded: %s", describe(evs))
+			}
+			wantPrinted(t, evs, "reached: []", "pid 1 stopped: False")
+		},
+		// It stopped the zygote (same uid, allowed): the harness will not fork again.
+		retires: true,
+	},
+	{
+		name: "answer later jobs from a daemon left behind",
+		// A setsid double fork that waits for the next execute on any stdin it can open
+		// and answers it with a forged result.
+		script: reached + `
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        import time
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            for pid in others():
+                for fd in ('0', '1'):
+                    try:
+                        f = os.open('/proc/%d/fd/%s' % (pid, fd), os.O_RDWR | os.O_NONBLOCK)
+                    except OSError:
+                        continue
+                    try:
+                        line = os.read(f, 1 << 20)
+                        req = json.loads(line.split(b'\n')[0])
+                        out = os.open('/proc/%d/fd/1' % pid, os.O_WRONLY)
+                        os.write(out, ('{"type":"final_result","execution_id":"%s","data":"forged"}\n{"type":"script_done","execution_id":"%s"}\n' % (req['execution_id'], req['execution_id'])).encode())
+                    except Exception:
+                        pass
+            time.sleep(0.01)
+        os._exit(0)
+    os._exit(0)
+emit_result('planted')
+`,
+		judge: func(t *testing.T, evs []*wire.Event) {
+			if done := last(evs); !done.Success || done.FinalData != "planted" {
+				t.Errorf("the attacker's own job: %s", describe(evs))
+			}
+		},
+		probe: func(string) string {
+			return "import os\nothers = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]\nemit_result(others == [] or others)"
+		},
+	},
+	{
+		name: "open /proc/<pid>/fd, mem, environ and maps of every other process",
+		script: reached + `
+for pid in others():
+    for name in ('environ', 'mem', 'maps', 'fd/0', 'fd/1', 'fd/2', 'auxv', 'syscall', 'stack'):
+        reach('%d/%s' % (pid, name), lambda: open('/proc/%d/%s' % (pid, name), 'rb').read(1))
+    reach('%d/fd' % pid, lambda: os.listdir('/proc/%d/fd' % pid))
+    reach('%d/root' % pid, lambda: os.listdir('/proc/%d/root/' % pid))
+    reach('%d/cwd' % pid, lambda: os.listdir('/proc/%d/cwd/' % pid))
+emit_result(REACHED)
+`,
+		judge: func(t *testing.T, evs []*wire.Event) {
+			if done := last(evs); !done.Success || fmt.Sprint(done.FinalData) != "[]" {
+				t.Errorf("the script reached other processes' /proc entries: %s", describe(evs))
+			}
+		},
+	},
+	{
+		name: "SIGSTOP, then SIGKILL, every other process",
+		script: reached + `
+states = {}
+for pid in others():
+    reach('stop %d' % pid, lambda: os.kill(pid, signal.SIGSTOP))
+import time
+time.sleep(0.1)
+for pid in others():
+    states[pid] = state(pid)
+for pid in others():
+    reach('kill %d' % pid, lambda: os.kill(pid, signal.SIGKILL))
+time.sleep(0.1)
+stopped = lambda st: st in ('T', 't', 'gone')
+emit_result({'pid 1 stopped': stopped(states.get(1)), 'pid 1 gone after SIGKILL': state(1) == 'gone'})
+`,
+		judge: func(t *testing.T, evs []*wire.Event) {
+			done := last(evs)
+			got, _ := json.Marshal(done.FinalData)
+			if !done.Success || string(got) != `{"pid 1 gone after SIGKILL":false,"pid 1 stopped":false}` {
+				t.Errorf("the harness (PID 1) was stopped or killed from inside: %s %s", got, describe(evs))
+			}
+		},
+		// It killed the zygote: the harness exits instead of forking another.
+		retires: true,
+	},
+	{
+		name: "kill the zygote, then look for an earlier execution's secret in memory",
+		prepare: func(t *testing.T, rt *redTeam) string {
+			secret := randomToken()
+			// The victim, on the container the attack is about to take (the pool lends
+			// the most recently used container first).
+			evs := rt.run(t, "victim", fmt.Sprintf("secret = %q\nprint(secret)\nemit_result(len(secret))", secret))
+			if !last(evs).Success {
+				t.Fatalf("the victim failed: %s", describe(evs))
+			}
+			return secret
+		},
+		script: `import os
+os.kill(os.getppid(), 9)
+emit_result('zygote killed')
+`,
+		judge: func(t *testing.T, evs []*wire.Event) {
+			if done := last(evs); !done.Success {
+				t.Errorf("the attacker's own job: %s", describe(evs))
+			}
+		},
+		retires: true,
+		// Every later execution reads all of its own memory for the secret. It holds
+		// the secret's two halves apart, never the secret whole, so any match is a
+		// copy from elsewhere.
+		probe: func(secret string) string {
+			return fmt.Sprintf(`h1, h2 = %q.encode(), %q.encode()
+found = 0
+for line in open('/proc/self/maps'):
+    addr, perms = line.split()[:2]
+    if 'r' not in perms or '[vvar' in line or '[vsyscall' in line:
+        continue
+    lo, hi = (int(x, 16) for x in addr.split('-'))
+    try:
+        with open('/proc/self/mem', 'rb') as m:
+            m.seek(lo)
+            data = m.read(hi - lo)
+    except (OSError, ValueError, OverflowError):
+        continue
+    i = data.find(h1)
+    while i >= 0:
+        found += data[i + len(h1):i + len(h1) + len(h2)] == h2
+        i = data.find(h1, i + 1)
+emit_result(found == 0 or found)
+`, secret[:16], secret[16:])
+		},
+	},
+	{
+		name: "ptrace or process_vm_readv every other process",
+		script: reached + `
+libc = ctypes.CDLL(None, use_errno=True)
+class iovec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]
+buf = ctypes.create_string_buffer(64)
+local = iovec(ctypes.cast(buf, ctypes.c_void_p), 64)
+for pid in others():
+    for req, name in ((16, 'PTRACE_ATTACH'), (0x4206, 'PTRACE_SEIZE')):
+        if libc.ptrace(req, pid, 0, 0) == 0:
+            REACHED.append('%s %d' % (name, pid))
+    remote = iovec(0x400000, 64)
+    if libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) >= 0:
+        REACHED.append('process_vm_readv %d' % pid)
+emit_result(REACHED)
+`,
+		judge: func(t *testing.T, evs []*wire.Event) {
+			if done := last(evs); !done.Success || fmt.Sprint(done.FinalData) != "[]" {
+				t.Errorf("the script traced or read another process: %s", describe(evs))
+			}
+		},
+	},
+	{
+		name: "half an event line on its own pipe, then the timeout",
+		script: `import os
+fd = [fd for fd in range(3, 256) if os.path.exists('/proc/self/fd/%d' % fd) and os.readlink('/proc/self/fd/%d' % fd).startswith('pipe:')][0]
+os.write(fd, b'{"type":"final_result","data":')
+while True:
+    pass
+`,
+		judge: func(t *testing.T, evs []*wire.Event) { wantKind(t, evs, wire.KindTimeout) },
+	},
+	{
+		name: "a 100 MB event line with no newline",
+		script: `import os
+fd = [fd for fd in range(3, 256) if os.path.exists('/proc/self/fd/%d' % fd) and os.readlink('/proc/self/fd/%d' % fd).startswith('pipe:')][0]
+chunk = b'x' * (1 << 20)
+for _ in range(100):
+    os.write(fd, chunk)
+emit_result('never')
+`,
+		judge: func(t *testing.T, evs []*wire.Event) { wantKind(t, evs, wire.KindOutputLimit) },
+	},
+	{
+		name: "an error of a kind the worker would retry",
+		script: `import os
+fd = [fd for fd in range(3, 256) if os.path.exists('/proc/self/fd/%d' % fd) and os.readlink('/proc/self/fd/%d' % fd).startswith('pipe:')][0]
+os.write(fd, b'{"type":"error","kind":"infrastructure","error":"run me again"}\n')
+`,
+		judge: func(t *testing.T, evs []*wire.Event) {
+			wantKind(t, evs, wire.KindScript)
+			for _, ev := range evs {
+				if ev.Attempt != 1 {
+					t.Errorf("the job ran again (attempt %d): %s", ev.Attempt, describe(evs))
+					break
+				}
+			}
+		},
+	},
+}
+
+// TestAnAttackerWhoReadTheCodeReachesNothingOfOthers runs every attack of
+// redTeamAttacks through `worker serve`, each followed by ordinary jobs.
+func TestAnAttackerWhoReadTheCodeReachesNothingOfOthers(t *testing.T) {
+	testenv.SandboxImage(t)
+	srv, nc := testenv.NATS(t)
+	config := writeConfigWith(t, "", "pool: {size: 2, max_overflow: 0}")
+	id := fmt.Sprintf("redteam-%d", time.Now().UnixNano()%1_000_000)
+	p := startProcess(t, config, srv.ClientURL(), id)
+	testenv.WaitFor(t, 3*time.Minute, "the worker to serve", func() bool { return strings.Contains(p.log.String(), "msg=serving") })
+	rt := &redTeam{a: newAgent(t, nc)}
+	for _, at := range redTeamAttacks {
+		t.Run(at.name, func(t *testing.T) {
+			var hunted string
+			if at.prepare != nil {
+				hunted = at.prepare(t, rt)
+			}
+			aid := newID("attacker")
+			evs := rt.runID(t, aid, strings.ReplaceAll(at.script, "EXECUTION_ID", aid))
+			attacked := started(evs)
+			at.judge(t, evs)
+			ranThere := 0
+			for round := range 3 {
+				var wg sync.WaitGroup
+				for i := range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						if rt.victim(t, fmt.Sprintf("%d-%d", round, i), at.probe, hunted) == attacked {
+							rt.mu.Lock()
+							ranThere++
+							rt.mu.Unlock()
+						}
+					}()
+				}
+				wg.Wait()
+			}
+			switch {
+			case at.retires && ranThere > 0:
+				t.Errorf("%d later jobs ran in the attacked container %s: it should have been retired", ranThere, attacked)
+			case !at.retires && ranThere == 0:
+				t.Errorf("no later job ran in the attacked container %s: the test proves nothing about it", attacked)
+			}
+		})
+	}
+}
+
+type redTeam struct {
+	a  *agent
+	mu sync.Mutex
+}
+
+func (rt *redTeam) run(t *testing.T, prefix, script string) []*wire.Event {
+	return rt.runID(t, newID(prefix), script)
+}
+
+func (rt *redTeam) runID(t *testing.T, id, script string) []*wire.Event {
+	t.Helper()
+	rt.a.submit(wire.ContentTypeJSON, wire.Job{ExecutionID: id, Sandbox: "default", Script: script, TimeoutSec: 3})
+	return rt.a.events(id, 2*time.Minute)
+}
+
+// victim runs an ordinary job that returns a token of its own and what it finds in the
+// workspace, then probe if there is one; it fails the test if the job saw anything
+// but itself. It returns the container the job ran in.
+func (rt *redTeam) victim(t *testing.T, name string, probe func(string) string, hunted string) string {
+	token := randomToken()
+	evs := rt.run(t, "victim", fmt.Sprintf("import os\nemit_result([%q, os.listdir('/workspace'), os.listdir('/tmp')])", token))
+	want := fmt.Sprintf(`[%q,[],[]]`, token)
+	if got, _ := json.Marshal(last(evs).FinalData); !last(evs).Success || string(got) != want {
+		t.Errorf("victim %s: result %s, want %s: %s", name, got, want, describe(evs))
+	}
+	for _, ev := range evs {
+		switch ev.Type {
+		case wire.EventStarted, wire.EventFinalResult, wire.EventScriptDone:
+		default:
+			t.Errorf("victim %s: an event it did not cause: %s", name, describe(evs))
+		}
+	}
+	if probe != nil {
+		pevs := rt.run(t, "probe", probe(hunted))
+		if done := last(pevs); !done.Success || done.FinalData != true {
+			t.Errorf("probe after victim %s: %s", name, describe(pevs))
+		}
+	}
+	return started(evs)
+}
+
+func started(evs []*wire.Event) string {
+	if ev := find(evs, wire.EventStarted); ev != nil {
+		return ev.ContainerID
+	}
+	return ""
+}
+
+func forgedResult(t *testing.T, evs []*wire.Event) {
+	t.Helper()
+	for _, ev := range evs {
+		if ev.Type == wire.EventFinalResult || ev.Type == wire.EventScriptDone && ev.FinalData != nil {
+			t.Errorf("a result reached the attacker's job: %s", describe(evs))
+		}
+	}
+}
+
+func wantPrinted(t *testing.T, evs []*wire.Event, lines ...string) {
+	t.Helper()
+	var out strings.Builder
+	for _, ev := range evs {
+		if ev.Type == wire.EventStdout {
+			out.WriteString(ev.Text)
+		}
+	}
+	for _, l := range lines {
+		if !strings.Contains(out.String(), l+"\n") {
+			t.Errorf("the attacker printed %q, want a line %q", out.String(), l)
+		}
+	}
+}
+
+func wantKind(t *testing.T, evs []*wire.Event, kind string) {
+	t.Helper()
+	if e := find(evs, wire.EventError); last(evs).Success || e == nil || e.Kind != kind {
+		t.Errorf("want a %s error: %s", kind, describe(evs))
+	}
+	if n := count(evs, wire.EventScriptDone); n != 1 {
+		t.Errorf("%d script_done events", n)
+	}
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
