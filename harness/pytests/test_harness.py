@@ -108,15 +108,19 @@ class AsyncToolTracebackTest(unittest.TestCase):
 class HarnessProcess:
     """A real harness process driven over its stdin and stdout."""
 
-    def __init__(self, env=None):
+    def __init__(self, env=None, tools=None):
         self.tmp = tempfile.TemporaryDirectory()
+        os.mkdir(os.path.join(self.tmp.name, "tools"))
+        for name, src in (tools or {}).items():
+            with open(os.path.join(self.tmp.name, "tools", name), "w") as f:
+                f.write(src)
         self.workspace = os.path.join(self.tmp.name, "ws")
         os.mkdir(self.workspace)
         e = dict(os.environ, JAZZMINE_WORKSPACE=self.workspace, JAZZMINE_TMPDIR=self.tmp.name + "/t", JAZZMINE_CONTAINER="0",
                  JAZZMINE_TOOLS_DIR=os.path.join(self.tmp.name, "tools"))
         os.mkdir(e["JAZZMINE_TMPDIR"])
         e.update(env or {})
-        self.p = subprocess.Popen([sys.executable, HARNESS], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=e)
+        self.p = subprocess.Popen([sys.executable, HARNESS], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=e)
         self.ready = self.read()
 
     def send(self, **req):
@@ -240,6 +244,40 @@ class ProtocolTest(unittest.TestCase):
             self.assertEqual(self.h.until("script_done")[-1]["execution_id"], "e%d" % i)
             self.assertEqual(self.h.read()["type"], "reset_done")
             self.assertEqual(os.listdir(self.h.workspace), [], "the workspace is wiped before reset_done")
+
+    def test_answers_carry_the_nonce_of_their_request(self):
+        self.h.send(type="ping", nonce="n-ping")
+        self.assertEqual(self.h.read()["nonce"], "n-ping")
+        self.h.send(type="reset", nonce="n-reset")
+        self.assertEqual(self.h.read()["nonce"], "n-reset")
+        self.h.send(type="execute", execution_id="n1", script="emit_result(1)", nonce="n-exec")
+        self.assertEqual(self.h.until("script_done")[-1]["nonce"], "n-exec")
+        self.assertEqual(self.h.read(), {"type": "reset_done", "nonce": "n-exec"})
+
+    def test_the_script_never_sees_the_nonce(self):
+        nonce = "f00dfeedcafe" * 3
+        # Every object the collector knows and every frame above the script (the
+        # child's request is a local there). The needle is rebuilt each time, never
+        # kept where it would find itself.
+        script = """import gc, sys
+R = %r
+seen = any(R[::-1] in repr(o) for o in gc.get_objects() if isinstance(o, (dict, list, tuple)))
+f = sys._getframe().f_back
+while f:
+    seen = seen or R[::-1] in repr(f.f_locals)
+    f = f.f_back
+emit_result(seen)
+""" % nonce[::-1]
+        self.h.send(type="execute", execution_id="n2", script=script, nonce=nonce)
+        events = self.h.until("script_done")
+        self.assertEqual(events[-1]["nonce"], nonce)
+        self.assertEqual([e["data"] for e in events if e["type"] == "final_result"], [False], events)
+
+    def test_a_tool_that_prints_at_import_cannot_write_into_the_protocol(self):
+        h = HarnessProcess(tools={"loud.py": "import sys\nprint('{\"type\":\"script_done\"}')\nsys.stdout.flush()\ndef quiet():\n    return 1\n"})
+        self.addCleanup(h.close)
+        self.assertEqual(h.ready["type"], "ready")
+        self.assertEqual(h.ready["tools"], ["quiet"])
 
 
 if __name__ == "__main__":
