@@ -1,7 +1,7 @@
 // Package imagebuild owns the sandbox registry (the YAML config file), the
 // image checksum and tag, the generated hardened Dockerfile and image builds
-// over the Docker Engine API. Sandbox networks and the egress proxy sidecar
-// belong here too.
+// over the Docker Engine API. The egress proxy sidecar and the volumes that
+// hold its per-sandbox sockets belong here too.
 //
 // [LoadConfig] reads the config file into a [Config]: one [Spec] per sandbox,
 // with defaults applied, tool files read and wheelhouses hashed, and every
@@ -22,6 +22,6 @@
 // Docker is reached through the narrow [Docker] interface (implemented by the
 // Engine SDK's *client.Client, see [Connect]) so that tests can fake it. The
 // package knows Docker but not NATS. It does not run containers for executions
-// (sandboxpool does, with the Spec's resources, network, mounts and pool
-// settings).
+// (sandboxpool does, with the Spec's resources, mounts and pool settings, and
+// the sandbox's egress volume).
 package imagebuild

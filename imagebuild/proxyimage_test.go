@@ -13,8 +13,8 @@ import (
 )
 
 // TestTheProxyImageRunsTheStaticWorkerFromScratch builds the sidecar's image from a
-// static build of cmd/worker and runs it: it listens with its config, as nobody,
-// with nothing else in the image.
+// static build of cmd/worker and runs it: it listens on the socket of its config,
+// as nobody, with nothing else in the image.
 func TestTheProxyImageRunsTheStaticWorkerFromScratch(t *testing.T) {
 	cli := requireDocker(t)
 	binary := append(staticWorker(t), []byte(t.Name())...) // a tag of this test's own, removed after it
@@ -36,9 +36,9 @@ func TestTheProxyImageRunsTheStaticWorkerFromScratch(t *testing.T) {
 	if err != nil || again.Built || again.ID != img.ID {
 		t.Errorf("second EnsureProxyImage = %+v, %v; want the same image, not built", again, err)
 	}
-	cfg := `{"listen":":3128","sandboxes":[{"name":"a","subnets":["10.250.0.0/24"],"allowed":["svc-a:8080"]}]}`
+	cfg := `{"sandboxes":[{"name":"a","socket":"/run/egress/a/proxy.sock","allowed":["svc-a:8080"]}]}`
 	out, err := exec.Command("docker", "run", "-d", "--rm", "--network", "none", "--read-only", "--cap-drop", "ALL",
-		"--label", testLabel, "-e", "JAZZMINE_PROXY_CONFIG="+cfg, img.Tag).Output()
+		"--tmpfs", "/run/egress/a:uid=65534,gid=65534,mode=0755", "--label", testLabel, "-e", "JAZZMINE_PROXY_CONFIG="+cfg, img.Tag).Output()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,9 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"io/fs"
 	"net"
-	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -20,13 +21,13 @@ func TestConnectionCapsAnswer503(t *testing.T) {
 	services(t, w)
 	p := start(t, w, Config{Sandboxes: sandboxes(), MaxConns: 3, MaxConnsPerSandbox: 2, allowLoopback: true})
 
-	first, _ := p.connect(t, srcA, "svc-a:8080")
-	p.connect(t, srcA2, "svc-a:8080")
-	if status, body := p.get(t, srcA, "connect", "svc-a:8080", "/"); status != 503 || !strings.Contains(body, `too many connections from sandbox "a" (2)`) {
+	first, _ := p.connect(t, "a", "svc-a:8080")
+	p.connect(t, "a", "svc-a:8080")
+	if status, body := p.get(t, "a", "connect", "svc-a:8080", "/"); status != 503 || !strings.Contains(body, `too many connections from sandbox "a" (2)`) {
 		t.Fatalf("a third connection of sandbox a: got %d %q, want 503 naming the sandbox cap", status, body)
 	}
-	p.connect(t, srcB, "svc-b:8080") // the per-sandbox cap is a's alone
-	if status, body := p.get(t, srcB, "connect", "svc-b:8080", "/"); status != 503 || !strings.Contains(body, "too many connections (3)") {
+	p.connect(t, "b", "svc-b:8080") // the per-sandbox cap is a's alone
+	if status, body := p.get(t, "b", "connect", "svc-b:8080", "/"); status != 503 || !strings.Contains(body, "too many connections (3)") {
 		t.Fatalf("a fourth connection in all: got %d %q, want 503 naming the total cap", status, body)
 	}
 	if len(p.logged(t, "proxy: refused a connection over the cap", map[string]any{"sandbox": "a"})) == 0 {
@@ -37,7 +38,7 @@ func TestConnectionCapsAnswer503(t *testing.T) {
 	first.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		status, body := p.get(t, srcB, "connect", "svc-b:8080", "/ok")
+		status, body := p.get(t, "b", "connect", "svc-b:8080", "/ok")
 		if status == 200 && body == "svc-b GET /ok " {
 			break
 		}
@@ -71,7 +72,6 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	})
 	sb := []Sandbox{{
 		Name:    "a",
-		Subnets: []netip.Prefix{netip.MustParsePrefix("127.0.0.8/29")},
 		Allowed: []string{"svc-a:8080", "silent:7000", "talker:7001", "listener:7002"},
 	}}
 	const idle = 300 * time.Millisecond
@@ -86,13 +86,13 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	}
 
 	t.Run("a tunnel in which no byte moves is closed", func(t *testing.T) {
-		_, br := p.connect(t, srcA, "silent:7000")
+		_, br := p.connect(t, "a", "silent:7000")
 		closed(t, br)
 		p.waitLogged(t, "proxy: tunnel closed", map[string]any{"target": "silent:7000", "end": "idle"})
 	})
 
 	t.Run("a tunnel with bytes moving only to the client stays open", func(t *testing.T) {
-		_, br := p.connect(t, srcA, "talker:7001")
+		_, br := p.connect(t, "a", "talker:7001")
 		got, err := io.ReadAll(br)
 		if err != nil || string(got) != "abcdefghijklmnopqrst" {
 			t.Fatalf("got %q, %v; want the 20 bytes the target sent over 1 s", got, err)
@@ -100,7 +100,7 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	})
 
 	t.Run("a tunnel with bytes moving only to the target stays open", func(t *testing.T) {
-		c, br := p.connect(t, srcA, "listener:7002")
+		c, br := p.connect(t, "a", "listener:7002")
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for range 20 {
@@ -116,7 +116,7 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	})
 
 	t.Run("a keep-alive connection that sends no next request is closed", func(t *testing.T) {
-		c := p.dial(t, srcA)
+		c := p.dial(t, "a")
 		br := bufio.NewReader(c)
 		io.WriteString(c, "GET http://svc-a:8080/ HTTP/1.1\r\nHost: svc-a:8080\r\n\r\n")
 		if resp, body := readResponse(t, br, "GET"); resp.StatusCode != 200 || resp.Close {
@@ -126,7 +126,7 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	})
 
 	t.Run("a client that does not finish its header in time is disconnected", func(t *testing.T) {
-		c := p.dial(t, srcA)
+		c := p.dial(t, "a")
 		io.WriteString(c, "GET http://svc-a:8080/ HTTP/1.1\r\nHost: svc-a")
 		got, err := io.ReadAll(c)
 		if err != nil || len(got) != 0 {
@@ -145,20 +145,19 @@ func TestCancellingServeClosesEverythingAndLeavesNoGoroutine(t *testing.T) {
 	w.hang["127.0.0.6:7000"] = true
 	sb := []Sandbox{{
 		Name:    "a",
-		Subnets: []netip.Prefix{netip.MustParsePrefix("127.0.0.8/29")},
 		Allowed: []string{"svc-a:8080", "silent:7000", "hang:7000"},
 	}}
 	ignore := goleak.IgnoreCurrent() // the test services
 	p := start(t, w, Config{Sandboxes: sb, allowLoopback: true})
 
-	_, tunnel := p.connect(t, srcA, "silent:7000")
-	keepAlive := p.dial(t, srcA)
+	_, tunnel := p.connect(t, "a", "silent:7000")
+	keepAlive := p.dial(t, "a")
 	ka := bufio.NewReader(keepAlive)
 	io.WriteString(keepAlive, "GET http://svc-a:8080/ HTTP/1.1\r\nHost: svc-a:8080\r\n\r\n")
 	readResponse(t, ka, "GET")
-	halfHeader := p.dial(t, srcA)
+	halfHeader := p.dial(t, "a")
 	io.WriteString(halfHeader, "GET http://svc-a:8080/ HTTP/1.1\r\n")
-	dialling := p.dial(t, srcA)
+	dialling := p.dial(t, "a")
 	io.WriteString(dialling, "CONNECT hang:7000 HTTP/1.1\r\nHost: hang:7000\r\n\r\n")
 	for !slices.Contains(w.dials(), "127.0.0.6:7000") { // the dial is under way
 		time.Sleep(5 * time.Millisecond)
@@ -172,7 +171,10 @@ func TestCancellingServeClosesEverythingAndLeavesNoGoroutine(t *testing.T) {
 			t.Errorf("%s connection: want it closed by the proxy, got %v", name, err)
 		}
 	}
-	if c, err := net.DialTimeout("tcp", p.addr, time.Second); err == nil {
+	if _, err := os.Lstat(p.sockets["a"]); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the socket is still there: %v", err)
+	}
+	if c, err := net.DialTimeout("unix", p.sockets["a"], time.Second); err == nil {
 		c.Close()
 		t.Errorf("the listener still accepts connections")
 	}

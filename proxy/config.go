@@ -10,14 +10,13 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"time"
 )
 
 // Defaults of Config; a zero field means its default.
 const (
-	// DefaultListen is the address the proxy listens on.
-	DefaultListen = ":3128"
 	// DefaultMaxConns caps the client connections of all sandboxes together.
 	DefaultMaxConns = 256
 	// DefaultMaxConnsPerSandbox caps the client connections of one sandbox.
@@ -48,17 +47,19 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// Sandbox is one sandbox's network and egress allowlist. A connection whose
-// source address lies in one of Subnets belongs to the sandbox, and may reach
-// only the targets of Allowed.
+// Sandbox is one sandbox's socket and egress allowlist. A connection accepted
+// on the sandbox's socket belongs to the sandbox, and may reach only the
+// targets of Allowed.
 type Sandbox struct {
 	// Name identifies the sandbox in responses and logs; it matches
 	// ^[A-Za-z0-9_-]{1,64}$ and is unique. Required.
 	Name string
-	// Subnets are the sandbox's networks (normally the one subnet of its
-	// internal Docker bridge network). At least one is required; they must not
-	// overlap another sandbox's, so that a source address names one sandbox.
-	Subnets []netip.Prefix
+	// Socket is the path of the Unix socket ListenAndServe listens on for the
+	// sandbox: an absolute path, unique, in a directory that exists and that
+	// only the sandbox's containers can see (see the package doc). ListenAndServe
+	// and the JSON form require it; empty means the sandbox is served only
+	// through Serve, on a listener of the caller's.
+	Socket string
 	// Allowed are the "host:port" targets the sandbox may reach. host is a DNS
 	// name, matched exactly and case-insensitively (a trailing dot is ignored);
 	// an IP literal ("10.0.0.5:80", "[2001:db8::1]:443"), matched as an address;
@@ -72,8 +73,6 @@ type Sandbox struct {
 type Config struct {
 	// Sandboxes are the sandboxes the proxy serves; at least one is required.
 	Sandboxes []Sandbox
-	// Listen is the TCP address ListenAndServe listens on; default DefaultListen.
-	Listen string
 	// MaxConns caps the client connections being served, all sandboxes
 	// together; one over it is answered 503 and closed. Default DefaultMaxConns.
 	MaxConns int
@@ -109,12 +108,15 @@ type Config struct {
 
 var sandboxName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// maxSocketPath is the longest path a Unix socket may have on Linux (sun_path
+// holds 108 bytes, the last a NUL).
+const maxSocketPath = 107
+
 // ParseConfig parses the JSON form of a Config (as passed in ConfigEnv) and
-// validates it the way New does. Every field but sandboxes is optional, and an
-// unknown field is an error:
+// validates it the way New does. Every field but sandboxes, and their names and
+// sockets, is optional, and an unknown field is an error:
 //
 //	{
-//	  "listen": ":3128",
 //	  "max_conns": 256,
 //	  "max_conns_per_sandbox": 64,
 //	  "idle_timeout": "60s",
@@ -122,15 +124,14 @@ var sandboxName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 //	  "header_timeout": "10s",
 //	  "max_header_bytes": 65536,
 //	  "sandboxes": [
-//	    {"name": "a", "subnets": ["172.30.1.0/24"], "allowed": ["svc-a:8080", "*.example.com:443"]}
+//	    {"name": "a", "socket": "/run/jazzmine/egress/a/proxy.sock", "allowed": ["svc-a:8080", "*.example.com:443"]}
 //	  ]
 //	}
 //
 // Durations are Go duration strings ("1m30s"). Errors wrap ErrInvalidConfig
-// and name the field ("sandboxes[0].subnets[1]").
+// and name the field ("sandboxes[0].socket").
 func ParseConfig(data []byte) (Config, error) {
 	var j struct {
-		Listen             string `json:"listen"`
 		MaxConns           int    `json:"max_conns"`
 		MaxConnsPerSandbox int    `json:"max_conns_per_sandbox"`
 		IdleTimeout        string `json:"idle_timeout"`
@@ -139,7 +140,7 @@ func ParseConfig(data []byte) (Config, error) {
 		MaxHeaderBytes     int    `json:"max_header_bytes"`
 		Sandboxes          []struct {
 			Name    string   `json:"name"`
-			Subnets []string `json:"subnets"`
+			Socket  string   `json:"socket"`
 			Allowed []string `json:"allowed"`
 		} `json:"sandboxes"`
 	}
@@ -157,7 +158,6 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 
 	cfg := Config{
-		Listen:             j.Listen,
 		MaxConns:           j.MaxConns,
 		MaxConnsPerSandbox: j.MaxConnsPerSandbox,
 		MaxHeaderBytes:     j.MaxHeaderBytes,
@@ -180,19 +180,16 @@ func ParseConfig(data []byte) (Config, error) {
 		}
 		*d.to = v
 	}
-	for i, js := range j.Sandboxes {
-		sb := Sandbox{Name: js.Name, Allowed: js.Allowed}
-		for k, s := range js.Subnets {
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return Config{}, configError(fmt.Sprintf("sandboxes[%d].subnets[%d]", i, k), "%q is not a CIDR prefix (like \"172.30.1.0/24\")", s)
-			}
-			sb.Subnets = append(sb.Subnets, p)
-		}
-		cfg.Sandboxes = append(cfg.Sandboxes, sb)
+	for _, js := range j.Sandboxes {
+		cfg.Sandboxes = append(cfg.Sandboxes, Sandbox{Name: js.Name, Socket: js.Socket, Allowed: js.Allowed})
 	}
 	if _, err := compile(cfg); err != nil {
 		return Config{}, err
+	}
+	for i, sb := range cfg.Sandboxes {
+		if sb.Socket == "" {
+			return Config{}, configError(fmt.Sprintf("sandboxes[%d].socket", i), "sandbox %q needs a socket", sb.Name)
+		}
 	}
 	return cfg, nil
 }
@@ -204,9 +201,6 @@ func configError(field, format string, args ...any) error {
 
 // withDefaults returns cfg with its zero fields set to their defaults.
 func (cfg Config) withDefaults() Config {
-	if cfg.Listen == "" {
-		cfg.Listen = DefaultListen
-	}
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
@@ -259,7 +253,7 @@ func compile(cfg Config) ([]*sandbox, error) {
 	}
 
 	var out []*sandbox
-	names := map[string]bool{}
+	names, sockets := map[string]bool{}, map[string]bool{}
 	for i, s := range cfg.Sandboxes {
 		field := fmt.Sprintf("sandboxes[%d]", i)
 		if !sandboxName.MatchString(s.Name) {
@@ -269,43 +263,26 @@ func compile(cfg Config) ([]*sandbox, error) {
 			return nil, configError(field+".name", "sandbox %q is listed twice", s.Name)
 		}
 		names[s.Name] = true
-		if len(s.Subnets) == 0 {
-			return nil, configError(field+".subnets", "sandbox %q needs at least one subnet", s.Name)
+		if s.Socket != "" {
+			f := field + ".socket"
+			if !filepath.IsAbs(s.Socket) || filepath.Clean(s.Socket) != s.Socket {
+				return nil, configError(f, "%q is not a clean absolute path", s.Socket)
+			}
+			if len(s.Socket) > maxSocketPath {
+				return nil, configError(f, "%q is longer than a Unix socket path may be (%d bytes)", s.Socket, maxSocketPath)
+			}
+			if sockets[s.Socket] {
+				return nil, configError(f, "%q is the socket of another sandbox", s.Socket)
+			}
+			sockets[s.Socket] = true
 		}
-		sb := &sandbox{name: s.Name, allowed: map[string]bool{}}
-		for k, p := range s.Subnets {
-			f := fmt.Sprintf("%s.subnets[%d]", field, k)
-			if !p.IsValid() {
-				return nil, configError(f, "not a valid prefix")
+		sb := &sandbox{name: s.Name, socket: s.Socket, allowed: map[string]bool{}}
+		for k, entry := range s.Allowed {
+			if err := sb.allow(entry); err != nil {
+				return nil, configError(fmt.Sprintf("%s.allowed[%d]", field, k), "%q: %v", entry, err)
 			}
-			if p.Addr().Zone() != "" {
-				return nil, configError(f, "%s has a zone", p)
-			}
-			if p.Addr().Is4In6() {
-				return nil, configError(f, "%s is IPv4-mapped; write the IPv4 prefix", p)
-			}
-			if p.Masked() != p {
-				return nil, configError(f, "%s is not a network address (did you mean %s?)", p, p.Masked())
-			}
-			for _, other := range out {
-				for _, q := range other.subnets {
-					if p.Overlaps(q) {
-						return nil, configError(f, "%s overlaps %s of sandbox %q", p, q, other.name)
-					}
-				}
-			}
-			sb.subnets = append(sb.subnets, p)
 		}
 		out = append(out, sb)
-	}
-	// Allowlists last: an IP literal must lie outside every sandbox's subnets.
-	for i, s := range cfg.Sandboxes {
-		for k, entry := range s.Allowed {
-			f := fmt.Sprintf("sandboxes[%d].allowed[%d]", i, k)
-			if err := out[i].allow(entry, out); err != nil {
-				return nil, configError(f, "%q: %v", entry, err)
-			}
-		}
 	}
 	return out, nil
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"errors"
-	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 func TestParseConfigReadsEveryField(t *testing.T) {
 	cfg, err := ParseConfig([]byte(`{
-		"listen": "127.0.0.1:3129",
 		"max_conns": 100,
 		"max_conns_per_sandbox": 10,
 		"idle_timeout": "2m",
@@ -19,16 +17,15 @@ func TestParseConfigReadsEveryField(t *testing.T) {
 		"header_timeout": "3s",
 		"max_header_bytes": 4096,
 		"sandboxes": [
-			{"name": "a", "subnets": ["172.30.1.0/24"], "allowed": ["svc-a:8080", "*.example.com:443"]},
-			{"name": "b_2", "subnets": ["172.30.2.0/24", "fd00:1::/64"], "allowed": ["10.0.0.5:80", "[2001:db8::1]:443"]},
-			{"name": "c", "subnets": ["172.30.3.0/24"]}
+			{"name": "a", "socket": "/run/jazzmine/egress/a/proxy.sock", "allowed": ["svc-a:8080", "*.example.com:443"]},
+			{"name": "b_2", "socket": "/run/jazzmine/egress/b_2/proxy.sock", "allowed": ["10.0.0.5:80", "[2001:db8::1]:443"]},
+			{"name": "c", "socket": "/run/jazzmine/egress/c/proxy.sock"}
 		]
 	}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Config{
-		Listen:             "127.0.0.1:3129",
 		MaxConns:           100,
 		MaxConnsPerSandbox: 10,
 		IdleTimeout:        2 * time.Minute,
@@ -36,9 +33,9 @@ func TestParseConfigReadsEveryField(t *testing.T) {
 		HeaderTimeout:      3 * time.Second,
 		MaxHeaderBytes:     4096,
 		Sandboxes: []Sandbox{
-			{Name: "a", Subnets: []netip.Prefix{netip.MustParsePrefix("172.30.1.0/24")}, Allowed: []string{"svc-a:8080", "*.example.com:443"}},
-			{Name: "b_2", Subnets: []netip.Prefix{netip.MustParsePrefix("172.30.2.0/24"), netip.MustParsePrefix("fd00:1::/64")}, Allowed: []string{"10.0.0.5:80", "[2001:db8::1]:443"}},
-			{Name: "c", Subnets: []netip.Prefix{netip.MustParsePrefix("172.30.3.0/24")}},
+			{Name: "a", Socket: "/run/jazzmine/egress/a/proxy.sock", Allowed: []string{"svc-a:8080", "*.example.com:443"}},
+			{Name: "b_2", Socket: "/run/jazzmine/egress/b_2/proxy.sock", Allowed: []string{"10.0.0.5:80", "[2001:db8::1]:443"}},
+			{Name: "c", Socket: "/run/jazzmine/egress/c/proxy.sock"},
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -57,30 +54,30 @@ func TestParseConfigNamesTheBadField(t *testing.T) {
 	}{
 		{"a config without sandboxes is refused", `{}`, "sandboxes: at least one sandbox is required"},
 		{"malformed JSON is refused", `{"sandboxes": [`, "unexpected EOF"},
-		{"data after the object is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"]}]} {}`, "data after the JSON object"},
-		{"an unknown field is refused", `{"listn": ":1"}`, `unknown field "listn"`},
+		{"data after the object is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock"}]} {}`, "data after the JSON object"},
+		{"an unknown field is refused", `{"listen": ":3128"}`, `unknown field "listen"`},
 		{"a field of the wrong type is named", `{"max_conns": "many"}`, "max_conns: a JSON string cannot be a int"},
-		{"a negative cap is refused", `{"max_conns": -1, "sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"]}]}`, "max_conns: must not be negative"},
+		{"a negative cap is refused", `{"max_conns": -1, "sandboxes": [{"name": "a", "socket": "/s/a.sock"}]}`, "max_conns: must not be negative"},
 		{"a bad duration is named", `{"idle_timeout": "soon"}`, `idle_timeout: "soon" is not a duration`},
-		{"a negative duration is refused", `{"dial_timeout": "-1s", "sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"]}]}`, "dial_timeout: must not be negative"},
-		{"a bad sandbox name is named", `{"sandboxes": [{"name": "a b", "subnets": ["10.0.0.0/8"]}]}`, `sandboxes[0].name: "a b" does not match`},
-		{"a missing sandbox name is refused", `{"sandboxes": [{"subnets": ["10.0.0.0/8"]}]}`, `sandboxes[0].name: "" does not match`},
-		{"a sandbox listed twice is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.1.0.0/16"]}, {"name": "a", "subnets": ["10.2.0.0/16"]}]}`, `sandboxes[1].name: sandbox "a" is listed twice`},
-		{"a sandbox without subnets is refused", `{"sandboxes": [{"name": "a"}]}`, `sandboxes[0].subnets: sandbox "a" needs at least one subnet`},
-		{"a malformed subnet is named", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8", "172.30.1.0/33"]}]}`, `sandboxes[0].subnets[1]: "172.30.1.0/33" is not a CIDR prefix`},
-		{"a subnet with host bits is refused", `{"sandboxes": [{"name": "a", "subnets": ["172.30.1.5/24"]}]}`, "sandboxes[0].subnets[0]: 172.30.1.5/24 is not a network address (did you mean 172.30.1.0/24?)"},
-		{"an IPv4-mapped subnet is refused", `{"sandboxes": [{"name": "a", "subnets": ["::ffff:10.0.0.0/104"]}]}`, "write the IPv4 prefix"},
-		{"overlapping subnets of two sandboxes are refused", `{"sandboxes": [{"name": "a", "subnets": ["172.30.1.0/24"]}, {"name": "b", "subnets": ["172.30.0.0/16"]}]}`, `sandboxes[1].subnets[0]: 172.30.0.0/16 overlaps 172.30.1.0/24 of sandbox "a"`},
-		{"an entry without a port is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["svc-a"]}]}`, `sandboxes[0].allowed[0]: "svc-a": not "host:port"`},
-		{"port 0 is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["ok:80", "svc-a:0"]}]}`, `sandboxes[0].allowed[1]: "svc-a:0": port "0" is not in 1-65535`},
-		{"a port over 65535 is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["svc-a:70000"]}]}`, `port "70000" is not in 1-65535`},
-		{"a named port is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["svc-a:https"]}]}`, `port "https" is not in 1-65535`},
-		{"a host with odd characters is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["svc a:80"]}]}`, `"svc a" is neither a host name nor an IP address`},
-		{"a wildcard in the middle is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["api.*.com:443"]}]}`, `"api.*.com" is neither a host name nor an IP address`},
-		{"a wildcard over an address is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["*.10.0.0.1:443"]}]}`, "a wildcard needs a domain name"},
-		{"an address in a sandbox's subnet is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"]}, {"name": "b", "subnets": ["172.30.2.0/24"], "allowed": ["10.1.2.3:80"]}]}`, `sandboxes[1].allowed[0]: "10.1.2.3:80": the address is in the network of sandbox "a"`},
-		{"the unspecified address is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["0.0.0.0:80"]}]}`, "the address is unspecified"},
-		{"a multicast address is refused", `{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"], "allowed": ["[ff02::1]:80"]}]}`, "the address is multicast"},
+		{"a negative duration is refused", `{"dial_timeout": "-1s", "sandboxes": [{"name": "a", "socket": "/s/a.sock"}]}`, "dial_timeout: must not be negative"},
+		{"a bad sandbox name is named", `{"sandboxes": [{"name": "a b", "socket": "/s/a.sock"}]}`, `sandboxes[0].name: "a b" does not match`},
+		{"a missing sandbox name is refused", `{"sandboxes": [{"socket": "/s/a.sock"}]}`, `sandboxes[0].name: "" does not match`},
+		{"a sandbox listed twice is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock"}, {"name": "a", "socket": "/s/b.sock"}]}`, `sandboxes[1].name: sandbox "a" is listed twice`},
+		{"a sandbox without a socket is refused", `{"sandboxes": [{"name": "a"}]}`, `sandboxes[0].socket: sandbox "a" needs a socket`},
+		{"a relative socket path is refused", `{"sandboxes": [{"name": "a", "socket": "run/a.sock"}]}`, `sandboxes[0].socket: "run/a.sock" is not a clean absolute path`},
+		{"a socket path with dot-dot is refused", `{"sandboxes": [{"name": "a", "socket": "/run/x/../a.sock"}]}`, `sandboxes[0].socket: "/run/x/../a.sock" is not a clean absolute path`},
+		{"a socket path too long for a Unix socket is refused", `{"sandboxes": [{"name": "a", "socket": "/` + strings.Repeat("x", 107) + `"}]}`, "longer than a Unix socket path may be (107 bytes)"},
+		{"two sandboxes on one socket are refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock"}, {"name": "b", "socket": "/s/a.sock"}]}`, `sandboxes[1].socket: "/s/a.sock" is the socket of another sandbox`},
+		{"an entry without a port is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "allowed": ["svc-a"]}]}`, `sandboxes[0].allowed[0]: "svc-a": not "host:port"`},
+		{"port 0 is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "allowed": ["ok:80", "svc-a:0"]}]}`, `sandboxes[0].allowed[1]: "svc-a:0": port "0" is not in 1-65535`},
+		{"a port over 65535 is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "allowed": ["svc-a:70000"]}]}`, `port "70000" is not in 1-65535`},
+		{"a named port is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "allowed": ["svc-a:https"]}]}`, `port "https" is not in 1-65535`},
+		{"a host with odd characters is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "allowed": ["svc a:80"]}]}`, `"svc a" is neither a host name nor an IP address`},
+		{"a wildcard in the middle is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "allowed": ["api.*.com:443"]}]}`, `"api.*.com" is neither a host name nor an IP address`},
+		{"a wildcard over an address is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "allowed": ["*.10.0.0.1:443"]}]}`, "a wildcard needs a domain name"},
+		{"the unspecified address is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "allowed": ["0.0.0.0:80"]}]}`, "the address is unspecified"},
+		{"a multicast address is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "allowed": ["[ff02::1]:80"]}]}`, "the address is multicast"},
+		{"the broadcast address is refused", `{"sandboxes": [{"name": "b", "socket": "/s/b.sock", "allowed": ["255.255.255.255:80"]}]}`, `sandboxes[0].allowed[0]: "255.255.255.255:80": the address is broadcast`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,12 +93,12 @@ func TestParseConfigNamesTheBadField(t *testing.T) {
 }
 
 func TestNewAppliesTheDefaults(t *testing.T) {
-	srv, err := New(Config{Sandboxes: []Sandbox{{Name: "a", Subnets: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}})
+	srv, err := New(Config{Sandboxes: []Sandbox{{Name: "a"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := srv.cfg
-	if c.Listen != ":3128" || c.MaxConns != 256 || c.MaxConnsPerSandbox != 64 || c.IdleTimeout != 60*time.Second ||
+	if c.MaxConns != 256 || c.MaxConnsPerSandbox != 64 || c.IdleTimeout != 60*time.Second ||
 		c.DialTimeout != 10*time.Second || c.HeaderTimeout != 10*time.Second || c.MaxHeaderBytes != 64<<10 ||
 		c.Resolver == nil || c.Dial == nil || c.Logger == nil || srv.allowLoopback {
 		t.Fatalf("defaults: %+v", c)
@@ -114,7 +111,7 @@ func TestNewAppliesTheDefaults(t *testing.T) {
 func TestAllowlistEntriesMatchExactly(t *testing.T) {
 	sb := &sandbox{name: "a", allowed: map[string]bool{}}
 	for _, e := range []string{"svc-a:8080", "API.Example.com.:443", "*.corp.test:443", "10.0.0.5:80", "[2001:db8::1]:443"} {
-		if err := sb.allow(e, nil); err != nil {
+		if err := sb.allow(e); err != nil {
 			t.Fatalf("%s: %v", e, err)
 		}
 	}

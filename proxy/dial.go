@@ -21,10 +21,8 @@ var broadcast = netip.MustParseAddr("255.255.255.255")
 
 // literalRefusal returns why an address may not be dialled even when the
 // allowlist names it as an IP literal, or "" if it may: the unspecified
-// address (which Linux takes for a local one), multicast, broadcast, and any
-// sandbox's subnet (sandboxes never reach each other, nor the proxy's own
-// addresses, through the proxy).
-func literalRefusal(a netip.Addr, all []*sandbox) string {
+// address (which Linux takes for a local one), multicast and broadcast.
+func literalRefusal(a netip.Addr) string {
 	a = a.Unmap()
 	switch {
 	case a.IsUnspecified():
@@ -33,9 +31,6 @@ func literalRefusal(a netip.Addr, all []*sandbox) string {
 		return "multicast"
 	case a == broadcast:
 		return "broadcast"
-	}
-	if sb := inSubnets(a, all); sb != nil {
-		return fmt.Sprintf("in the network of sandbox %q", sb.name)
 	}
 	return ""
 }
@@ -55,7 +50,7 @@ func (s *Server) nameRefusal(a netip.Addr) string {
 	case metadataAddrs[a]:
 		return "a cloud metadata endpoint"
 	}
-	return literalRefusal(a, s.sandboxes)
+	return literalRefusal(a)
 }
 
 // failure is a request the proxy answers with an error status.
@@ -74,7 +69,7 @@ func (s *Server) dialTarget(ctx context.Context, t target) (net.Conn, netip.Addr
 
 	var addrs []netip.Addr
 	if t.ip.IsValid() {
-		if why := literalRefusal(t.ip, s.sandboxes); why != "" {
+		if why := literalRefusal(t.ip); why != "" {
 			return nil, netip.AddrPort{}, &failure{status: http.StatusForbidden, reason: fmt.Sprintf("%s is %s", t, why)}
 		}
 		addrs = []netip.Addr{t.ip}

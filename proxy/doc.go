@@ -1,17 +1,22 @@
 // Package proxy owns the egress proxy server that runs in the sidecar
 // container (`worker proxy`): an HTTP forward proxy that allows only the
-// host:port pairs granted to the sandbox whose network a connection came from.
+// host:port pairs granted to the sandbox whose socket a connection came in on.
 //
-// It imports only the standard library. It does not create networks or start
-// the sidecar (imagebuild does), and it does not look inside TLS.
+// It imports only the standard library. It does not create the volumes that
+// hold its sockets or start the sidecar (imagebuild does), it does not relay
+// TCP inside a sandbox (the harness does), and it does not look inside TLS.
 //
 // # Who is asking
 //
-// Each sandbox with an allowlist sits on its own internal bridge network, and
-// the proxy is joined to all of them. A connection belongs to the sandbox one
-// of whose subnets holds its source address; each sandbox reaches only its own
-// allowlist, never the union. A source in no subnet is answered 403 and
-// disconnected.
+// Sandbox containers have no network at all. The proxy listens on one Unix
+// socket per sandbox, and the socket is the sandbox's identity: a connection
+// accepted on sandbox X's socket may reach only X's allowlist, never another
+// sandbox's nor the union. That holds because of where the sockets are: each
+// lies in a Docker volume of its own sandbox, which the sidecar mounts
+// read-write and only that sandbox's containers mount, read-only, so that a
+// script can connect to its own socket but can neither see another sandbox's
+// nor unlink or replace its own. The proxy makes each socket mode 0666, so
+// that the sandbox's uid may connect; the volume is the access control.
 //
 // # Requests
 //
@@ -36,27 +41,26 @@
 // Addresses a name resolves to are refused when they are loopback, link-local
 // (169.254.0.0/16, fe80::/10: this covers the cloud metadata endpoint
 // 169.254.169.254), other known metadata endpoints (fd00:ec2::254,
-// 100.100.100.200), unspecified, multicast, broadcast, or inside any sandbox's
-// subnet. Other private addresses are allowed: naming a host that resolves to
-// one is the operator's choice. A name that resolves only to refused addresses
-// is answered 403. An IP-literal entry is the operator's explicit choice and
-// may be loopback or link-local, but never unspecified, multicast, broadcast
-// or inside a sandbox's subnet (New rejects such an entry).
+// 100.100.100.200), unspecified, multicast or broadcast. Other private
+// addresses are allowed: naming a host that resolves to one is the operator's
+// choice. A name that resolves only to refused addresses is answered 403. An
+// IP-literal entry is the operator's explicit choice and may be loopback or
+// link-local, but never unspecified, multicast or broadcast (New rejects such
+// an entry).
 //
 // # Answers and bounds
 //
 //	400  not a proxy request, or a malformed one
-//	403  the source is in no sandbox; the target is not in the sandbox's
-//	     allowlist; the target resolves only to refused addresses
+//	403  the target is not in the sandbox's allowlist; the target resolves
+//	     only to refused addresses
 //	431  the request header is over Config.MaxHeaderBytes
 //	502  the target cannot be resolved or connected to, or answers badly
 //	503  over Config.MaxConns, or over Config.MaxConnsPerSandbox for the sandbox
 //	504  resolving or connecting took over Config.DialTimeout, or the target
 //	     sent no response within Config.IdleTimeout
 //
-// Every refusal is logged at Warn with the sandbox, the source and the
-// target, and answered with a short text body naming them; the connection is
-// then closed. A request header must arrive within Config.HeaderTimeout; a
-// tunnel or a body in which no byte moved either way for Config.IdleTimeout is
-// closed.
+// Every refusal is logged at Warn with the sandbox and the target, and
+// answered with a short text body naming them; the connection is then closed.
+// A request header must arrive within Config.HeaderTimeout; a tunnel or a body
+// in which no byte moved either way for Config.IdleTimeout is closed.
 package proxy

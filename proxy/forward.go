@@ -109,7 +109,7 @@ func (s *session) forward(req *http.Request) bool {
 	resp.Close = !keep
 	err = resp.Write(client)
 
-	s.srv.log.Info("proxy: forwarded", "sandbox", s.sb.name, "source", s.src.String(), "target", t.String(),
+	s.srv.log.Info("proxy: forwarded", "sandbox", s.sb.name, "target", t.String(),
 		"addr", addr.String(), "method", req.Method, "status", resp.StatusCode,
 		"duration", time.Since(start).Round(time.Millisecond).String(), "complete", err == nil)
 	return err == nil && keep

@@ -13,20 +13,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-)
-
-// Source addresses the tests dial the proxy from: sandbox "a" owns
-// 127.0.0.8/29, sandbox "b" 127.0.0.16/29, and 127.0.0.99 is in no sandbox.
-const (
-	srcA    = "127.0.0.9"
-	srcA2   = "127.0.0.10"
-	srcB    = "127.0.0.17"
-	srcNone = "127.0.0.99"
 )
 
 // world is the network the proxy sees in tests: its Resolver maps names to
@@ -183,34 +176,49 @@ func (w *world) serveTCP(t *testing.T, ip, port string, handle func(net.Conn)) {
 	})
 }
 
-// running is a proxy serving on 127.0.0.1 for one test.
+// running is a proxy serving a Unix socket per sandbox for one test.
 type running struct {
-	srv  *Server
-	addr string
-	logs *syncBuffer
-	stop context.CancelFunc
-	done chan error // Serve's result
+	srv     *Server
+	sockets map[string]string // by sandbox
+	logs    *syncBuffer
+	stop    context.CancelFunc
+	done    chan error // ListenAndServe's result
 
 	once   sync.Once
 	result error
 }
 
-// shutdown ends Serve's context and returns what Serve returned, or an error
-// if it did not return within 10 s.
+// shutdown ends ListenAndServe's context and returns what it returned, or an
+// error if it did not return within 10 s.
 func (r *running) shutdown() error {
 	r.once.Do(func() {
 		r.stop()
 		select {
 		case r.result = <-r.done:
 		case <-time.After(10 * time.Second):
-			r.result = errors.New("Serve did not return 10 s after its context ended")
+			r.result = errors.New("ListenAndServe did not return 10 s after its context ended")
 		}
 	})
 	return r.result
 }
 
+// socketDir is a new directory for sockets, removed at the end of the test. It
+// is short: a socket's path may not exceed 107 bytes, and t.TempDir's name
+// grows with the test's.
+func socketDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "jzproxy-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // start serves cfg (with w as its Resolver and Dial hook) until the end of the
-// test, and checks then that Serve returned nil.
+// test, on a socket per sandbox in a directory of the test unless cfg names
+// one, and checks then that ListenAndServe returned nil. It returns once every
+// socket is being served.
 func start(t *testing.T, w *world, cfg Config) *running {
 	t.Helper()
 	if w != nil {
@@ -219,30 +227,68 @@ func start(t *testing.T, w *world, cfg Config) *running {
 	}
 	logs := &syncBuffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	dir := socketDir(t)
+	cfg.Sandboxes = slices.Clone(cfg.Sandboxes)
+	sockets := map[string]string{}
+	for i, sb := range cfg.Sandboxes {
+		if sb.Socket == "" {
+			cfg.Sandboxes[i].Socket = filepath.Join(dir, sb.Name+".sock")
+		}
+		sockets[sb.Name] = cfg.Sandboxes[i].Socket
+	}
 	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{srv: srv, addr: ln.Addr().String(), logs: logs, stop: cancel, done: make(chan error, 1)}
-	go func() { r.done <- srv.Serve(ctx, ln) }()
+	r := &running{srv: srv, sockets: sockets, logs: logs, stop: cancel, done: make(chan error, 1)}
+	go func() { r.done <- srv.ListenAndServe(ctx) }()
 	t.Cleanup(func() {
 		if err := r.shutdown(); err != nil {
-			t.Errorf("Serve: %v", err)
+			t.Errorf("ListenAndServe: %v", err)
 		}
 	})
+	waitListening(t, logs, r.done, len(sockets))
 	return r
 }
 
-// dial connects to the proxy from the source address src.
-func (r *running) dial(t *testing.T, src string) net.Conn {
+// waitListening waits for n "listening" lines in the proxy's log, and fails if
+// the proxy returns (its error is put back in done).
+func waitListening(t *testing.T, logs *syncBuffer, done chan error, n int) {
 	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
-	c, err := d.Dial("tcp", r.addr)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		seen := 0
+		for line := range bytes.Lines(logs.Bytes()) {
+			var m struct{ Msg string }
+			if json.Unmarshal(line, &m) == nil && m.Msg == "proxy: listening" {
+				seen++
+			}
+		}
+		if seen >= n {
+			return
+		}
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("the proxy returned %v before listening; log:\n%s", err, logs.Bytes())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d sockets listening after 10 s; log:\n%s", seen, n, logs.Bytes())
+		}
+	}
+}
+
+// dial connects to the proxy on the socket of sandbox sb.
+func (r *running) dial(t *testing.T, sb string) net.Conn {
+	t.Helper()
+	path, ok := r.sockets[sb]
+	if !ok {
+		t.Fatalf("no socket for sandbox %q", sb)
+	}
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := d.Dial("unix", path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,13 +314,13 @@ func readResponse(t *testing.T, br *bufio.Reader, method string) (*http.Response
 	return resp, string(body)
 }
 
-// get fetches path from target from the source src, through a CONNECT tunnel
+// get fetches path from target as sandbox sb, through a CONNECT tunnel
 // (mode "connect", plain HTTP inside) or as an absolute URI (mode "absolute").
 // It returns the status and body of the proxy's refusal, or else the target's
 // answer.
-func (r *running) get(t *testing.T, src, mode, target, path string) (int, string) {
+func (r *running) get(t *testing.T, sb, mode, target, path string) (int, string) {
 	t.Helper()
-	c := r.dial(t, src)
+	c := r.dial(t, sb)
 	br := bufio.NewReader(c)
 	switch mode {
 	case "absolute":
@@ -295,14 +341,14 @@ func (r *running) get(t *testing.T, src, mode, target, path string) (int, string
 	return 0, ""
 }
 
-// connect opens a tunnel to target from src and returns it, ready for bytes.
-func (r *running) connect(t *testing.T, src, target string) (net.Conn, *bufio.Reader) {
+// connect opens a tunnel to target as sandbox sb and returns it, ready for bytes.
+func (r *running) connect(t *testing.T, sb, target string) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c := r.dial(t, src)
+	c := r.dial(t, sb)
 	br := bufio.NewReader(c)
 	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
 	if resp, body := readResponse(t, br, "CONNECT"); resp.StatusCode != http.StatusOK {
-		t.Fatalf("CONNECT %s from %s: %s %s", target, src, resp.Status, body)
+		t.Fatalf("CONNECT %s as sandbox %s: %s %s", target, sb, resp.Status, body)
 	}
 	return c, br
 }
@@ -369,34 +415,23 @@ func (b *syncBuffer) Bytes() []byte {
 // other names its tests need, "b" allowed only svc-b:8080.
 func sandboxes() []Sandbox {
 	return []Sandbox{
-		{
-			Name:    "a",
-			Subnets: []netip.Prefix{netip.MustParsePrefix("127.0.0.8/29")},
-			Allowed: []string{"svc-a:8080", "svc-a:8443", "*.api.test:80", "sneaky:8080", "ghost:8080", "svc-a:7070"},
-		},
-		{
-			Name:    "b",
-			Subnets: []netip.Prefix{netip.MustParsePrefix("127.0.0.16/29")},
-			Allowed: []string{"svc-b:8080"},
-		},
+		{Name: "a", Allowed: []string{"svc-a:8080", "svc-a:8443", "*.api.test:80", "ghost:8080", "svc-a:7070"}},
+		{Name: "b", Allowed: []string{"svc-b:8080"}},
 	}
 }
 
 // services starts svc-a (127.0.0.2: HTTP on 8080 and 9090, HTTPS on 8443),
-// svc-b (127.0.0.3: HTTP on 8080) and eu.api.test (127.0.0.4: HTTP on 80), and
-// names sneaky, which resolves into sandbox b's network. It returns svc-a's
-// HTTPS server.
+// svc-b (127.0.0.3: HTTP on 8080) and eu.api.test (127.0.0.4: HTTP on 80). It
+// returns svc-a's HTTPS server.
 func services(t *testing.T, w *world) *httptest.Server {
 	t.Helper()
 	w.name("svc-a", "127.0.0.2")
 	w.name("svc-b", "127.0.0.3")
 	w.name("eu.api.test", "127.0.0.4")
 	w.name("api.test", "127.0.0.4")
-	w.name("sneaky", "127.0.0.18")
 	w.serveHTTP(t, "svc-a", "127.0.0.2", false, "8080", "9090")
 	tlsSrv := w.serveHTTP(t, "svc-a", "127.0.0.2", true, "8443")
 	w.serveHTTP(t, "svc-b", "127.0.0.3", false, "8080")
 	w.serveHTTP(t, "api", "127.0.0.4", false, "80")
-	w.serveHTTP(t, "sneaky", "127.0.0.18", false, "8080")
 	return tlsSrv
 }

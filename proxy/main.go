@@ -11,16 +11,15 @@ import (
 
 // Main runs the proxy as the `worker proxy` subcommand does: it reads the JSON
 // config (see ParseConfig) from --config-json or else from the environment
-// variable ConfigEnv, logs JSON lines to stderr, and serves until ctx ends,
-// when it returns nil. Flags: --config-json, --listen (overrides the config's
-// listen), --log-level (debug, info, warn, error; default info). A flag,
-// config or listen error is returned before anything is served; config errors
-// wrap ErrInvalidConfig, and -h returns flag.ErrHelp.
+// variable ConfigEnv, logs JSON lines to stderr, and serves every sandbox's
+// socket (see Server.ListenAndServe) until ctx ends, when it returns nil.
+// Flags: --config-json, --log-level (debug, info, warn, error; default info).
+// A flag, config or listen error is returned before anything is served;
+// config errors wrap ErrInvalidConfig, and -h returns flag.ErrHelp.
 func Main(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configJSON := fs.String("config-json", "", "the config as JSON (default: $"+ConfigEnv+")")
-	listen := fs.String("listen", "", "address to listen on (default: the config's listen, or "+DefaultListen+")")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -43,9 +42,6 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stderr
 	cfg, err := ParseConfig([]byte(data))
 	if err != nil {
 		return err
-	}
-	if *listen != "" {
-		cfg.Listen = *listen
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	srv, err := New(cfg)

@@ -1,14 +1,13 @@
 package proxy
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +21,8 @@ func TestMainServesTheConfigUntilItsContextEnds(t *testing.T) {
 	w := newWorld()
 	srv := w.serveHTTP(t, "svc-a", "127.0.0.2", false)
 	target := srv.Listener.Addr().String()
-	config := fmt.Sprintf(`{"listen": "127.0.0.1:0", "sandboxes": [{"name": "a", "subnets": ["127.0.0.8/29"], "allowed": [%q]}]}`, target)
+	socket := filepath.Join(socketDir(t), "a.sock")
+	config := fmt.Sprintf(`{"sandboxes": [{"name": "a", "socket": %q, "allowed": [%q]}]}`, socket, target)
 
 	tests := []struct {
 		name string
@@ -31,8 +31,6 @@ func TestMainServesTheConfigUntilItsContextEnds(t *testing.T) {
 	}{
 		{"the config comes from JAZZMINE_PROXY_CONFIG", nil, map[string]string{ConfigEnv: config}},
 		{"the config comes from --config-json", []string{"--config-json", config}, nil},
-		{"--listen overrides the config's address", []string{"--listen", "127.0.0.1:0"},
-			map[string]string{ConfigEnv: strings.Replace(config, "127.0.0.1:0", "127.0.0.1:1", 1)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,13 +48,17 @@ func TestMainServesTheConfigUntilItsContextEnds(t *testing.T) {
 				case <-time.After(10 * time.Second):
 					t.Errorf("Main did not return 10 s after its context ended")
 				}
+				if _, err := os.Lstat(socket); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("the socket is still there after Main returned: %v", err)
+				}
 			}()
 
-			p := &running{addr: waitListening(t, stderr, done), logs: stderr}
-			if status, body := p.get(t, srcA, "connect", target, "/main"); status != 200 || body != "svc-a GET /main " {
+			waitListening(t, stderr, done, 1)
+			p := &running{sockets: map[string]string{"a": socket}, logs: stderr}
+			if status, body := p.get(t, "a", "connect", target, "/main"); status != 200 || body != "svc-a GET /main " {
 				t.Fatalf("got %d %q", status, body)
 			}
-			if status, _ := p.get(t, srcA, "connect", "svc-b:8080", "/"); status != 403 {
+			if status, _ := p.get(t, "a", "connect", "svc-b:8080", "/"); status != 403 {
 				t.Fatalf("got %d, want 403", status)
 			}
 			if len(p.logged(t, "proxy: refused", map[string]any{"sandbox": "a", "target": "svc-b:8080", "level": "WARN"})) == 0 {
@@ -64,31 +66,6 @@ func TestMainServesTheConfigUntilItsContextEnds(t *testing.T) {
 			}
 		})
 	}
-}
-
-// waitListening returns the address in Main's "listening" log line.
-func waitListening(t *testing.T, stderr *syncBuffer, done chan error) string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		sc := bufio.NewScanner(bytes.NewReader(stderr.Bytes()))
-		for sc.Scan() {
-			var line struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "proxy: listening" {
-				if _, _, err := net.SplitHostPort(line.Addr); err == nil {
-					return line.Addr
-				}
-			}
-		}
-		select {
-		case err := <-done:
-			done <- err
-			t.Fatalf("Main returned %v before listening; stderr:\n%s", err, stderr.Bytes())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	t.Fatalf("no listening line on stderr:\n%s", stderr.Bytes())
-	return ""
 }
 
 func TestMainRefusesABadCommandLineOrConfig(t *testing.T) {
@@ -100,12 +77,13 @@ func TestMainRefusesABadCommandLineOrConfig(t *testing.T) {
 		wantErr error
 	}{
 		{"no config at all is an error naming the variable", nil, "", "set JAZZMINE_PROXY_CONFIG or --config-json", nil},
-		{"an invalid config names the field", nil, `{"sandboxes": [{"name": "a", "subnets": ["x"]}]}`, "sandboxes[0].subnets[0]", ErrInvalidConfig},
+		{"an invalid config names the field", nil, `{"sandboxes": [{"name": "a", "socket": "x.sock"}]}`, "sandboxes[0].socket", ErrInvalidConfig},
+		{"a sandbox without a socket is an invalid config", nil, `{"sandboxes": [{"name": "a"}]}`, `sandboxes[0].socket: sandbox "a" needs a socket`, ErrInvalidConfig},
 		{"an unknown flag is an error", []string{"--nope"}, "", "flag provided but not defined", nil},
 		{"an argument is an error", []string{"extra"}, "", "unexpected arguments", nil},
 		{"a bad log level is an error", []string{"--log-level", "loud"}, "", "--log-level", nil},
-		{"an address that cannot be listened on is an error", []string{"--listen", "127.0.0.1:99999"},
-			`{"sandboxes": [{"name": "a", "subnets": ["10.0.0.0/8"]}]}`, "listen on 127.0.0.1:99999", nil},
+		{"a socket that cannot be listened on is an error", nil,
+			`{"sandboxes": [{"name": "a", "socket": "/nonexistent/jazzmine/a.sock"}]}`, "listen on /nonexistent/jazzmine/a.sock for sandbox \"a\"", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -69,7 +69,7 @@ func validName(s string) bool {
 // sandbox is a validated Sandbox, ready for lookups.
 type sandbox struct {
 	name     string
-	subnets  []netip.Prefix
+	socket   string
 	allowed  map[string]bool // canonical "host:port" of exact entries
 	suffixes []suffixRule    // "*.example.com:443" entries
 
@@ -83,8 +83,8 @@ type suffixRule struct {
 }
 
 // allow adds an allowlist entry. An IP literal must be dialable: not
-// unspecified, multicast or broadcast, and outside every sandbox's subnets.
-func (sb *sandbox) allow(entry string, all []*sandbox) error {
+// unspecified, multicast or broadcast.
+func (sb *sandbox) allow(entry string) error {
 	host, port, err := net.SplitHostPort(entry)
 	if err != nil {
 		return errors.New(`not "host:port"`)
@@ -105,7 +105,7 @@ func (sb *sandbox) allow(entry string, all []*sandbox) error {
 		return err
 	}
 	if t.ip.IsValid() {
-		if why := literalRefusal(t.ip, all); why != "" {
+		if why := literalRefusal(t.ip); why != "" {
 			return fmt.Errorf("the address is %s", why)
 		}
 	}
@@ -127,17 +127,4 @@ func (sb *sandbox) allows(t target) bool {
 		}
 	}
 	return false
-}
-
-// inSubnets returns the sandbox of all whose subnets hold a, or nil.
-func inSubnets(a netip.Addr, all []*sandbox) *sandbox {
-	a = a.Unmap()
-	for _, sb := range all {
-		for _, p := range sb.subnets {
-			if p.Contains(a) {
-				return sb
-			}
-		}
-	}
-	return nil
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -43,23 +45,94 @@ func New(cfg Config) (*Server, error) {
 	}, nil
 }
 
-// ListenAndServe listens on Config.Listen and serves until ctx ends; see Serve.
+// ListenAndServe listens on the Socket of every sandbox and serves each
+// socket's connections as that sandbox's (see Serve) until ctx ends, then
+// returns nil once every connection is closed; if one listener fails, it stops
+// them all and returns why. Each socket is made connectable by every user
+// (mode 0666): who may connect is decided by who can see the socket, that is,
+// which containers mount its directory. A socket left at the path by a proxy
+// that died is replaced; anything else there (a file, a socket that still
+// answers) is an error, returned before anything is served, as is a sandbox
+// without a Socket. The sockets are removed when it returns.
 func (s *Server) ListenAndServe(ctx context.Context) error {
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("proxy: listen on %s: %w", s.cfg.Listen, err)
+	lns := make([]net.Listener, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		ln, err := listenUnix(ctx, sb)
+		if err != nil {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			return err
+		}
+		lns = append(lns, ln)
 	}
-	return s.Serve(ctx, ln)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(lns))
+	var wg sync.WaitGroup
+	for i, sb := range s.sandboxes {
+		wg.Go(func() {
+			errs[i] = s.Serve(ctx, sb.name, lns[i])
+			cancel() // one listener gone ends them all
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
-// Serve accepts connections on ln and serves them until ctx ends. Then it
-// closes ln and every connection it serves (client and upstream) at once,
-// without waiting for requests under way, waits for all its goroutines, and
-// returns nil. Serve owns ln and closes it on every return. If ln is closed by
-// someone else, Serve ends the same way and returns that error; other accept
-// errors (out of file descriptors) are logged and retried after a pause.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+// listenUnix listens on the sandbox's socket, replacing a stale one.
+func listenUnix(ctx context.Context, sb *sandbox) (net.Listener, error) {
+	if sb.socket == "" {
+		return nil, fmt.Errorf("proxy: sandbox %q has no socket to listen on", sb.name)
+	}
+	if fi, err := os.Lstat(sb.socket); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("proxy: %s (the socket of sandbox %q) exists and is not a socket", sb.socket, sb.name)
+		}
+		c, err := net.DialTimeout("unix", sb.socket, time.Second)
+		if err == nil {
+			c.Close()
+			return nil, fmt.Errorf("proxy: %s (the socket of sandbox %q) is in use by another process", sb.socket, sb.name)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("proxy: %s (the socket of sandbox %q) is neither free nor stale: %w", sb.socket, sb.name, err)
+		}
+		if err := os.Remove(sb.socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("proxy: remove the stale socket %s of sandbox %q: %w", sb.socket, sb.name, err)
+		}
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "unix", sb.socket)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: listen on %s for sandbox %q: %w", sb.socket, sb.name, err)
+	}
+	if err := os.Chmod(sb.socket, 0o666); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("proxy: make %s connectable for sandbox %q: %w", sb.socket, sb.name, err)
+	}
+	return ln, nil
+}
+
+// Serve accepts connections on ln and serves each as sandbox name's: the
+// listener is the sandbox's identity, so ln must be one that only the
+// sandbox's containers can reach. It serves until ctx ends. Then it closes ln
+// and every connection it serves (client and upstream) at once, without
+// waiting for requests under way, waits for all its goroutines, and returns
+// nil. Serve owns ln and closes it on every return, also when the sandbox is
+// not in the config (an error). If ln is closed by someone else, Serve ends
+// the same way and returns that error; other accept errors (out of file
+// descriptors) are logged and retried after a pause.
+func (s *Server) Serve(ctx context.Context, name string, ln net.Listener) error {
+	var sb *sandbox
+	for _, x := range s.sandboxes {
+		if x.name == name {
+			sb = x
+		}
+	}
+	if sb == nil {
+		ln.Close()
+		return fmt.Errorf("proxy: serve: sandbox %q is not in the config", name)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	tr := &tracker{conns: map[net.Conn]struct{}{}}
 	var wg sync.WaitGroup
@@ -73,11 +146,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		wg.Wait()
 	}()
 
-	names := make([]string, len(s.sandboxes))
-	for i, sb := range s.sandboxes {
-		names[i] = sb.name
-	}
-	s.log.Info("proxy: listening", "addr", ln.Addr().String(), "sandboxes", names)
+	s.log.Info("proxy: listening", "sandbox", sb.name, "addr", ln.Addr().String(), "allowed", len(sb.allowed)+len(sb.suffixes))
 
 	var backoff time.Duration
 	for {
@@ -87,11 +156,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 				return nil
 			}
 			if errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("proxy: accept: %w", err)
+				return fmt.Errorf("proxy: accept for sandbox %q: %w", sb.name, err)
 			}
 			// Out of file descriptors and the like: wait and retry.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.log.Error("proxy: accept", "err", err, "retry_in", backoff)
+			s.log.Error("proxy: accept", "sandbox", sb.name, "err", err, "retry_in", backoff)
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
@@ -109,28 +178,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		wg.Go(func() {
 			defer tr.remove(c)
 			defer c.Close()
-			s.handle(ctx, tr, c)
+			s.handle(ctx, tr, c, sb)
 		})
 	}
 }
 
-// handle identifies the sandbox of a new connection by its source address and
-// serves it within the connection caps.
-func (s *Server) handle(ctx context.Context, tr *tracker, c net.Conn) {
-	src := sourceOf(c)
-	sb := inSubnets(src.Addr(), s.sandboxes)
-	if sb == nil {
-		s.log.Warn("proxy: refused a source outside every sandbox network", "source", src.String())
-		s.reject(c, http.StatusForbidden, fmt.Sprintf("source %s is in no sandbox network", src.Addr()))
-		return
-	}
+// handle serves a new connection of sb within the connection caps.
+func (s *Server) handle(ctx context.Context, tr *tracker, c net.Conn, sb *sandbox) {
 	if why := s.acquire(sb); why != "" {
-		s.log.Warn("proxy: refused a connection over the cap", "sandbox", sb.name, "source", src.String(), "reason", why)
+		s.log.Warn("proxy: refused a connection over the cap", "sandbox", sb.name, "reason", why)
 		s.reject(c, http.StatusServiceUnavailable, why)
 		return
 	}
 	defer s.release(sb)
-	(&session{srv: s, ctx: ctx, tr: tr, conn: c, src: src, sb: sb}).serve()
+	(&session{srv: s, ctx: ctx, tr: tr, conn: c, sb: sb}).serve()
 }
 
 // acquire counts a connection of sb against the caps; it returns why the
@@ -157,7 +218,7 @@ func (s *Server) release(sb *sandbox) {
 	s.mu.Unlock()
 }
 
-// reject answers a connection that is not served (unknown source, over a cap)
+// reject answers a connection that is not served (over a cap)
 // without reading its request, then closes it gracefully. Past MaxConns such
 // connections at once, further ones are closed without an answer.
 func (s *Server) reject(c net.Conn, status int, reason string) {
@@ -199,16 +260,6 @@ const (
 	lingerTime  = time.Second
 	lingerBytes = 256 << 10
 )
-
-// sourceOf returns the source address of c, IPv4-mapped addresses unmapped.
-func sourceOf(c net.Conn) netip.AddrPort {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		ap := a.AddrPort()
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	}
-	ap, _ := netip.ParseAddrPort(c.RemoteAddr().String())
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-}
 
 // tracker holds the connections of one Serve call, so that it can close them
 // all when it ends.

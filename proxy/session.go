@@ -8,7 +8,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -21,7 +20,6 @@ type session struct {
 	ctx  context.Context // ends when Serve stops
 	tr   *tracker
 	conn net.Conn
-	src  netip.AddrPort
 	sb   *sandbox
 
 	in *connReader       // conn, with a deadline per read while a body flows
@@ -135,7 +133,7 @@ func (s *session) fail(target string, f *failure) {
 	if f.status >= 500 {
 		msg = "proxy: target unreachable"
 	}
-	attrs := []any{"sandbox", s.sb.name, "source", s.src.String(), "target", target, "status", f.status, "reason", f.reason}
+	attrs := []any{"sandbox", s.sb.name, "target", target, "status", f.status, "reason", f.reason}
 	if f.err != nil {
 		attrs = append(attrs, "err", f.err.Error())
 	}

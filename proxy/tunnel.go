@@ -62,7 +62,7 @@ func (s *session) connect(req *http.Request) {
 	downErr := tun.relay(s.conn, up, &tun.received)
 	upErr := <-done
 
-	s.srv.log.Info("proxy: tunnel closed", "sandbox", s.sb.name, "source", s.src.String(), "target", t.String(),
+	s.srv.log.Info("proxy: tunnel closed", "sandbox", s.sb.name, "target", t.String(),
 		"addr", addr.String(), "bytes_sent", tun.sent.Load(), "bytes_received", tun.received.Load(),
 		"duration", time.Since(start).Round(time.Millisecond).String(), "end", endOf(upErr, downErr))
 }

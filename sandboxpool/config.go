@@ -31,6 +31,8 @@ const (
 	// SandboxUID is the uid and gid of the image's non-root user "sandbox" (imagebuild
 	// creates it with this id). The harness runs as it and owns /workspace and /tmp.
 	SandboxUID = 10001
+	// EgressDir is where a sandbox's EgressVolume is mounted in its containers.
+	EgressDir = "/run/jazzmine/egress"
 )
 
 // Labels put on every container the pool creates.
@@ -85,8 +87,11 @@ type Sandbox struct {
 	// WorkspaceBytes and TmpBytes size the tmpfs at /workspace and /tmp; zero means
 	// DefaultTmpfsBytes.
 	WorkspaceBytes, TmpBytes int64
-	// Network is the Docker network to join; empty means none (no network at all).
-	Network string
+	// EgressVolume is the Docker volume that holds the socket of the sandbox's
+	// egress proxy (imagebuild.EnsureEgressVolume); it is mounted read-only at
+	// EgressDir, so that a script can connect to the socket but not replace it.
+	// Empty means none. The containers have no network either way.
+	EgressVolume string
 	// Mounts are bind mounts.
 	Mounts []Mount
 	// PoolSize is how many containers are kept warm; zero means none (all on demand).

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path"
+	"strconv"
 
 	"github.com/moby/moby/client"
 
@@ -14,9 +16,15 @@ import (
 	"github.com/jazzmine/worker/sandboxpool"
 )
 
-// setUpEgress gives every sandbox with an allowlist its own internal network and the
-// proxy sidecar (built from this very binary) as its only way out, and points the
-// sandbox's containers at it. Sandboxes without an allowlist keep network none.
+// egressPort is the port on 127.0.0.1 where the harness relays, in every execution of
+// a sandbox with an allowlist, to the proxy's socket (JAZZMINE_EGRESS_PORT).
+const egressPort = 3128
+
+// setUpEgress gives every sandbox with an allowlist its egress volume and the proxy
+// sidecar (built from this very binary) listening on a socket in it, and points the
+// sandbox's containers at it: the volume mounted read-only, the harness told where
+// the socket is, and HTTP clients told to use the harness's relay as their proxy.
+// Every sandbox keeps network none; one without an allowlist has no way out at all.
 func setUpEgress(ctx context.Context, docker *client.Client, builder *imagebuild.Builder, cfg *imagebuild.Config, sandboxes []sandboxpool.Sandbox, log *slog.Logger) error {
 	var proxied []imagebuild.ProxySandbox
 	for _, name := range cfg.Names() {
@@ -24,11 +32,11 @@ func setUpEgress(ctx context.Context, docker *client.Client, builder *imagebuild
 		if len(allowed) == 0 {
 			continue
 		}
-		nw, err := imagebuild.EnsureNetwork(ctx, docker, name)
+		vol, err := imagebuild.EnsureEgressVolume(ctx, docker, name)
 		if err != nil {
 			return err
 		}
-		proxied = append(proxied, imagebuild.ProxySandbox{Name: name, Network: nw, Allowed: allowed})
+		proxied = append(proxied, imagebuild.ProxySandbox{Name: name, Volume: vol, Allowed: allowed})
 	}
 	if len(proxied) == 0 {
 		return nil
@@ -46,6 +54,7 @@ func setUpEgress(ctx context.Context, docker *client.Client, builder *imagebuild
 		return err
 	}
 	log.Info("egress proxy", "container", px.ContainerID[:12], "restarted", px.Replaced, "sandboxes", len(proxied))
+	relay := fmt.Sprintf("http://127.0.0.1:%d", egressPort)
 	for _, p := range proxied {
 		for i := range sandboxes {
 			if sandboxes[i].Name != p.Name {
@@ -55,13 +64,14 @@ func setUpEgress(ctx context.Context, docker *client.Client, builder *imagebuild
 			if env == nil {
 				env = map[string]string{}
 			}
-			url := px.URL(p.Name)
+			env["JAZZMINE_EGRESS_SOCKET"] = path.Join(sandboxpool.EgressDir, imagebuild.ProxySocket)
+			env["JAZZMINE_EGRESS_PORT"] = strconv.Itoa(egressPort)
 			for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
-				env[k] = url
+				env[k] = relay
 			}
 			env["NO_PROXY"], env["no_proxy"] = "localhost,127.0.0.1", "localhost,127.0.0.1"
 			sandboxes[i].Env = env
-			sandboxes[i].Network = p.Network.Name
+			sandboxes[i].EgressVolume = p.Volume
 		}
 	}
 	return nil
