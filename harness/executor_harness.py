@@ -32,8 +32,8 @@ import importlib.util
 import io
 import json
 import os
+import resource
 import select
-import shutil
 import signal
 import socket
 import stat
@@ -748,10 +748,46 @@ def _zygote_main(sock, tools):
     os._exit(code)
 
 
-class ZygoteLost(Exception):
+class Retire(Exception):
+    """The container must not serve again: a script changed something the harness
+    cannot undo or prove undone. The harness says no reset_done and exits (code 3),
+    and the host retires the container."""
+
+
+class ZygoteLost(Retire):
     """The zygote died, stopped or stopped answering: a script reached it. It is never
-    forked again from the harness, whose memory has held executions' data: the harness
-    exits, and the host retires the container."""
+    forked again from the harness, whose memory has held executions' data."""
+
+
+class _Limits:
+    """What a process of our uid may change on another of our uid without privilege,
+    and a non-dumpable target does not prevent: its resource limits (prlimit), nice
+    value (setpriority), scheduling policy and CPU affinity. A change to the zygote's
+    would pass to every later execution (a lowered hard limit cannot be raised again
+    without CAP_SYS_RESOURCE), a change to ours would break the harness: either means
+    Retire. Read with one system call each, after every execution."""
+
+    RLIMITS = tuple(getattr(resource, n) for n in sorted(dir(resource)) if n.startswith("RLIMIT_"))
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.baseline = self.read()
+
+    def read(self):
+        try:
+            return (
+                tuple(resource.prlimit(self.pid, r) for r in self.RLIMITS),
+                os.getpriority(os.PRIO_PROCESS, self.pid),
+                os.sched_getscheduler(self.pid),
+                os.sched_getparam(self.pid).sched_priority,
+                frozenset(os.sched_getaffinity(self.pid)),
+            )
+        except OSError:
+            return None
+
+    def check(self, what):
+        if self.read() != self.baseline:
+            raise Retire("a script changed the resource limits or scheduling of %s" % what)
 
 
 class Zygote:
@@ -987,54 +1023,88 @@ def _pid_exists(pid):
         return False
 
 
-_SCRATCH = {}
+# Deepest directory tree the wipe descends, holding a descriptor per level: a deeper one
+# is a script's attempt to outlast it, and retires the container.
+WIPE_DEPTH = 256
 
 
-def _wipe(directory):
-    """Removes everything inside directory, dotfiles too, without following links."""
-    if not directory:
-        return
-    held = _SCRATCH.get(directory)
-    if held is None:
-        held = _SCRATCH[directory] = _Dir(directory)
-    dirfd = held.fileno()
-    if dirfd is None:
-        return
-    try:
-        entries = list(os.scandir(dirfd))  # the common case, an empty directory, ends here
-    except OSError:
-        return
-    for entry in entries:
+class _Scratch(_Dir):
+    """A directory reset empties, and the mode it had when the harness started: a
+    script may chmod it (it owns it) to make the next execution fail."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.mode = None
+        fd = self.fileno()
+        if fd is not None:
+            st = os.fstat(fd)
+            if st.st_uid == os.getuid():
+                self.mode = stat.S_IMODE(st.st_mode)
+
+    def wipe(self):
+        """Empties the directory, dotfiles too, without following links, and gives it
+        back its mode. Raises Retire if anything is left.
+
+        It walks the tree iteratively, relative to open directory descriptors, making
+        each directory ours (chmod) before it opens it: no recursion limit, no path
+        length limit, and no directory a script made unreadable or unsearchable at any
+        depth is skipped (shutil.rmtree was: 0o111 directories and paths past PATH_MAX
+        outlived it, and a library's files planted under $HOME ran in later
+        executions). What it cannot remove, it reports."""
+        dirfd = self.fileno()
+        if dirfd is None:
+            return
+        if self.mode is not None and stat.S_IMODE(os.fstat(dirfd).st_mode) != self.mode:
+            os.chmod(dirfd, self.mode)
+        names = os.listdir(dirfd)
+        if not names:
+            return  # the common case: one listing
         try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(os.path.join(directory, entry.name), onerror=_force_remove)
-            else:
-                os.unlink(entry.name, dir_fd=dirfd)
-        except FileNotFoundError:
-            pass
+            os.chmod(dirfd, stat.S_IRWXU if self.mode is None else self.mode | stat.S_IRWXU)
         except OSError:
-            try:
-                os.chmod(dirfd, stat.S_IRWXU)
-                os.unlink(entry.name, dir_fd=dirfd)
-            except OSError:
-                pass
-
-
-def _force_remove(func, path, exc_info):
-    # A script may leave read-only directories behind; make them writable and retry.
-    try:
-        os.chmod(os.path.dirname(path), stat.S_IRWXU)
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, stat.S_IRWXU)
-            shutil.rmtree(path, onerror=_ignore)
-        else:
-            os.unlink(path)
-    except OSError:
-        pass
-
-
-def _ignore(*_):
-    pass
+            pass  # /dev/shm and /dev/mqueue are root's, and never ours to lock
+        stack = [(dirfd, None, names)]  # (descriptor, name in its parent, entries left)
+        try:
+            while stack:
+                fd, name, left = stack[-1]
+                if not left:
+                    stack.pop()
+                    if name is not None:
+                        os.close(fd)
+                        try:
+                            os.rmdir(name, dir_fd=stack[-1][0])
+                        except OSError:
+                            pass
+                    continue
+                entry = left.pop()
+                try:
+                    st = os.stat(entry, dir_fd=fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if not stat.S_ISDIR(st.st_mode):
+                    try:
+                        os.unlink(entry, dir_fd=fd)
+                    except OSError:
+                        pass
+                    continue
+                if len(stack) > WIPE_DEPTH:
+                    raise Retire("a directory tree in %s deeper than %d levels" % (self.path, WIPE_DEPTH))
+                try:
+                    os.chmod(entry, stat.S_IRWXU, dir_fd=fd)  # a directory: nothing else runs now
+                    sub = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                except OSError:
+                    continue
+                try:
+                    stack.append((sub, entry, os.listdir(sub)))
+                except OSError:
+                    stack.append((sub, entry, []))
+        finally:
+            for fd, name, _ in stack:
+                if name is not None:
+                    os.close(fd)
+        left = os.listdir(dirfd)
+        if left:
+            raise Retire("could not empty %s: %d entries left" % (self.path, len(left)))
 
 
 class _OomCounter:
@@ -1173,6 +1243,8 @@ class Harness:
         self.oom_kills = None
         self.oom = _OomCounter()
         self.sysv = _SysvIpc() if IN_CONTAINER else None
+        self.scratch = [_Scratch(d) for d in WIPED]  # opened before any script runs
+        self.limits = self.zygote_limits = None
         self.idle_poll = select.poll()
         self.eof = False
 
@@ -1196,6 +1268,7 @@ class Harness:
         gc.collect()
         gc.freeze()  # the children never touch the parent's objects' GC headers
         self.zygote = Zygote(self.tools)
+        self.limits, self.zygote_limits = _Limits(os.getpid()), _Limits(self.zygote.pid)
         self.warm = self._fork()
         self.out.send(
             {
@@ -1226,7 +1299,7 @@ class Harness:
 
     def serve(self):
         """Serves requests until stdin ends. Returns the exit code: 0, or 3 when the
-        zygote was lost (the container must be retired; see ZygoteLost)."""
+        container must be retired (see Retire)."""
         self.start()
         code = 0
         try:
@@ -1235,7 +1308,7 @@ class Harness:
                 if req is None:
                     continue
                 self._handle(req)
-        except ZygoteLost as e:
+        except Retire as e:
             # No reset_done: the host sees the stream end and retires the container.
             sys.stderr.write("harness: %s; exiting, the container must not be used again\n" % e)
             code = 3
@@ -1384,6 +1457,8 @@ class Harness:
     def _after_execution(self, child):
         self._kill_group(child.pid)
         child.close()
+        if _proc_state(self.zygote.pid) in (None, "T", "t", "Z", "X"):
+            raise ZygoteLost("the zygote was stopped or killed during the execution")
         if not child.ended():
             child.status = self.zygote.wait(child.pid)
         self._reap()
@@ -1427,8 +1502,11 @@ class Harness:
         could ptrace it or reach its memory or file descriptors meanwhile.
         """
         self._kill_leftovers()
-        for d in WIPED:
-            _wipe(d)
+        # Nothing of the executions' runs now: what they changed stays changed.
+        self.limits.check("the harness")
+        self.zygote_limits.check("the zygote")
+        for d in self.scratch:
+            d.wipe()
         if self.sysv is not None:
             self.sysv.remove_all()
         self.oom_kills = self.oom.read()
@@ -1514,7 +1592,7 @@ class Run:
         self.deadline = time.monotonic() + self.timeout
         self.ended_at = None  # when supervision saw the child end, or gave up on it
         self.result = False
-        self.error = False
+        self.held = None  # the child's error, emitted at its end (see _child_event)
         self.finished = False  # the child said it is done
         self.killed = None  # why the parent killed the child: timeout, cancelled, output_limit
         self.over_limit = False
@@ -1530,8 +1608,6 @@ class Run:
         event["execution_id"] = self.eid
         if event["type"] == "final_result":
             self.result = True
-        if event["type"] == "error":
-            self.error = True
         self.h.out.write(line or _encode(event))
 
     def emit_limited(self, event):
@@ -1759,8 +1835,15 @@ class Run:
         if kind == "final_result" and time.monotonic() > self.deadline + TIMEOUT_SLACK:
             self.emit_limited({"type": "log", "level": "warning", "message": "harness: dropped a result that came after the script's timeout"})
             return
-        if kind == "final_result" and self.result or kind == "error" and self.error:
-            return  # one result and one error per execution
+        if kind == "error":
+            # Held until the child's end, which may turn it into a timeout: a script
+            # must not be able to pass an overrun off as its own error by sending one
+            # early and then running on.
+            if self.held is None:
+                self.held = clean
+            return
+        if kind == "final_result" and self.result:
+            return  # one result per execution
         self.emit_limited(clean)
 
     def _error_kind(self, claimed):
@@ -1802,14 +1885,17 @@ class Run:
                 sig = os.WTERMSIG(status)
         self.exit_code, self.signal = code, sig
         late = self.ended_at is not None and self.ended_at > self.deadline + TIMEOUT_SLACK
-        if (self.killed == "timeout" or late and self.killed is None) and not self.error:
+        limit = {"type": "error", "kind": "output_limit", "error": "Output limit exceeded: the script wrote more than %d bytes" % (self.budget + OUTPUT_RESERVE)}
+        if self.killed == "timeout" or late and self.killed is None:
             self.emit({"type": "error", "kind": "timeout", "error": "Script timed out after %s" % _fmt_seconds(self.timeout)})
-        elif self.killed == "cancelled" and not self.error:
+        elif self.killed == "cancelled":
             self.emit({"type": "error", "kind": "cancelled", "error": "Execution cancelled"})
-        elif self.killed == "output_limit" and not self.error:
-            limit = self.budget + OUTPUT_RESERVE
-            self.emit({"type": "error", "kind": "output_limit", "error": "Output limit exceeded: the script wrote more than %d bytes" % limit})
-        elif not self.finished and not self.error:
+        elif self.killed == "output_limit":
+            self.emit(limit)
+        elif self.held is not None:
+            if not self.emit_limited(self.held):
+                self.emit(limit)
+        elif not self.finished:
             # The child ended without saying it was done: os._exit, a signal, OOM.
             if sig is not None:
                 oom_before, oom_after = self.h.oom_kills, self.h.oom.read()
@@ -1822,7 +1908,7 @@ class Run:
                 self.emit({"type": "error", "kind": "script", "error": "Script process exited with code %s before calling emit_result()" % code})
             elif code:
                 self.emit({"type": "error", "kind": "script", "error": "Script process exited with code %s" % code})
-        elif self.finished and not self.error and not self.result and self.mode == "plan":
+        elif not self.result and self.mode == "plan":
             self.emit({"type": "error", "kind": "script", "error": "Script finished without calling emit_result() (plan mode requires a result)"})
 
     def done(self, started, child):

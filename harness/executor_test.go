@@ -417,6 +417,44 @@ func TestResetWipesTheWorkspace(t *testing.T) {
 	}
 }
 
+// TestWhatAScriptCannotUndoRetiresTheHarness: resource limits, nice value, scheduling
+// policy and affinity of the zygote (and of the harness) are the uid's to change, non
+// dumpable or not, and every later child would inherit them; a tree too deep to wipe.
+// The script's own execution ends as it would; then the harness exits.
+func TestWhatAScriptCannotUndoRetiresTheHarness(t *testing.T) {
+	for _, tc := range []struct{ name, script string }{
+		{"the zygote's memory limit", "import os, resource\nresource.prlimit(os.getppid(), resource.RLIMIT_AS, (200 << 20, 200 << 20))"},
+		{"the zygote's CPU limit", "import os, resource\nresource.prlimit(os.getppid(), resource.RLIMIT_CPU, (2, 3))"},
+		{"the zygote's nice value", "import os\nos.setpriority(os.PRIO_PROCESS, os.getppid(), 19)"},
+		{"the zygote's scheduling policy", "import os\nos.sched_setscheduler(os.getppid(), os.SCHED_IDLE, os.sched_param(0))"},
+		{"the zygote's CPU affinity", "import os\nos.sched_setaffinity(os.getppid(), {min(os.sched_getaffinity(0))})\nassert len(os.sched_getaffinity(0)) > 1, 'one CPU: nothing to change'"},
+		{"the harness's descriptor limit", "import os, resource\nresource.prlimit(" + harnessPID + ", resource.RLIMIT_NOFILE, (64, 64))"},
+		{"a directory tree too deep to wipe", "import os\nfd = os.open('.', os.O_RDONLY)\nfor _ in range(400):\n    os.mkdir('d', dir_fd=fd)\n    fd = os.open('d', os.O_RDONLY, dir_fd=fd)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := startHarness(t, nil)
+			var e Executor
+			res, err := e.Run(context.Background(), h.Conn, Request{ExecutionID: "tamper", Script: tc.script, Mode: ModeInteractive}, nil)
+			if err != nil || !res.Success {
+				t.Fatalf("the script's own run: %v %q %s", err, res.Error, res.Traceback)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := h.Conn.AwaitReset(ctx); !errors.Is(err, ErrClosed) {
+				t.Fatalf("after the script: %v, want the stream to end without reset_done", err)
+			}
+			select {
+			case <-h.waited:
+			case <-ctx.Done():
+				t.Fatal("the harness did not exit")
+			}
+			if code := h.cmd.ProcessState.ExitCode(); code != 3 {
+				t.Errorf("harness exit code %d, want 3", code)
+			}
+		})
+	}
+}
+
 // TestAKilledZygoteRetiresTheHarness: the script's parent is the zygote, which a
 // script may kill (same uid). The script goes on to its own result; then the harness,
 // whose memory has held that execution's data, forks no new zygote: it says no

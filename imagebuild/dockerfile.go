@@ -123,7 +123,9 @@ func dockerfile(spec *Spec, checksum string) string {
 	w("    find / -xdev -type f -perm /6000 -exec chmod a-s {} +\n\n")
 
 	w("ENV JAZZMINE_CONTAINER=1 JAZZMINE_TOOLS_DIR=%s JAZZMINE_WORKSPACE=%s JAZZMINE_TMPDIR=%s \\\n", ToolsDir, WorkspaceDir, TmpDir)
-	w("    HOME=%s PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1\n", WorkspaceDir)
+	// No user site: $HOME is the workspace, and a .pth there would run in every Python
+	// a later script starts, were it ever left behind.
+	w("    HOME=%s PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PYTHONNOUSERSITE=1\n", WorkspaceDir)
 	w("WORKDIR %s\n", WorkspaceDir)
 	w("ENTRYPOINT [%s]\n\n", quoteAll(Entrypoint))
 

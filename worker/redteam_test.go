@@ -247,6 +247,69 @@ emit_result(REACHED)
 		},
 	},
 	{
+		name: "leave files the wipe cannot remove, and code that later Pythons run",
+		// A tree deeper than PATH_MAX made searchable only (0o111) at every level, a
+		// user-site .pth under $HOME (the workspace) that would run in every later
+		// interpreter, the same in /tmp, and the workspace itself made inaccessible.
+		script: `import os
+def drop(root):
+    fd = os.open(root, os.O_RDONLY)
+    os.mkdir('drop', dir_fd=fd)
+    fd = os.open('drop', os.O_RDONLY, dir_fd=fd)
+    chain = []
+    for i in range(18):
+        name = ('L%02d' % i) * 80
+        os.mkdir(name, dir_fd=fd)
+        chain.append((fd, name))
+        fd = os.open(name, os.O_RDONLY, dir_fd=fd)
+    os.write(os.open('loot', os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), b'left by the attacker')
+    for parent, name in chain:
+        os.chmod(name, 0o111, dir_fd=parent)
+drop('/workspace')
+drop('/tmp')
+site = '/workspace/.local/lib/python3.11/site-packages'
+os.makedirs(site)
+open(site + '/zz.pth', 'w').write("import os; open('/tmp/stolen', 'a').write(os.environ.get('API_TOKEN', '-'))\n")
+os.chmod('/workspace/.local/lib/python3.11', 0o111)
+os.chmod('/workspace/.local/lib', 0o111)
+os.chmod('/workspace', 0)
+emit_result('planted')
+`,
+		judge: func(t *testing.T, evs []*wire.Event) {
+			if done := last(evs); !done.Success || done.FinalData != "planted" {
+				t.Errorf("the attacker's own job: %s", describe(evs))
+			}
+		},
+		// Later jobs (which list /workspace and /tmp) find them empty and usable; a
+		// Python they start runs nothing of the attacker's.
+		probe: func(string) string {
+			return "import os, subprocess, sys\nopen('mine', 'w').write('x')\nsubprocess.run([sys.executable, '-c', 'pass'], env={'HOME': '/workspace', 'API_TOKEN': 'secret'}, check=True)\nemit_result(sorted(os.listdir('/workspace')) == ['mine'] and os.listdir('/tmp') == [] or [os.listdir('/workspace'), os.listdir('/tmp')])"
+		},
+	},
+	{
+		name: "lower the zygote's limits and priority for every later job",
+		// prlimit, setpriority, sched_setscheduler and sched_setaffinity need only the
+		// same uid, not a dumpable target; every child would inherit them.
+		script: `import os, resource
+z = os.getppid()
+resource.prlimit(z, resource.RLIMIT_AS, (200 << 20, 200 << 20))
+resource.prlimit(z, resource.RLIMIT_CPU, (2, 3))
+resource.prlimit(z, resource.RLIMIT_NOFILE, (64, 64))
+os.setpriority(os.PRIO_PROCESS, z, 19)
+os.sched_setscheduler(z, os.SCHED_IDLE, os.sched_param(0))
+emit_result('lowered')
+`,
+		judge: func(t *testing.T, evs []*wire.Event) {
+			if done := last(evs); !done.Success || done.FinalData != "lowered" {
+				t.Errorf("the attacker's own job: %s", describe(evs))
+			}
+		},
+		retires: true,
+		probe: func(string) string {
+			return "import os, resource\nx = bytearray(300 << 20)\nemit_result(resource.getrlimit(resource.RLIMIT_CPU)[1] == resource.RLIM_INFINITY and os.getpriority(os.PRIO_PROCESS, 0) == 0)"
+		},
+	},
+	{
 		name: "half an event line on its own pipe, then the timeout",
 		script: `import os
 fd = [fd for fd in range(3, 256) if os.path.exists('/proc/self/fd/%d' % fd) and os.readlink('/proc/self/fd/%d' % fd).startswith('pipe:')][0]
