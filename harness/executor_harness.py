@@ -759,10 +759,23 @@ class ZygoteLost(Retire):
     forked again from the harness, whose memory has held executions' data."""
 
 
+# ioprio_get(2) by architecture: the standard library has no wrapper.
+_SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine)
+
+
+def _ioprio(pid):
+    """The I/O priority of pid (ioprio_get, IOPRIO_WHO_PROCESS), or None where the
+    system call's number is not known here."""
+    if _SYS_IOPRIO_GET is None:
+        return None
+    return _libc().syscall(_SYS_IOPRIO_GET, 1, pid)
+
+
 class _Limits:
     """What a process of our uid may change on another of our uid without privilege,
     and a non-dumpable target does not prevent: its resource limits (prlimit), nice
-    value (setpriority), scheduling policy and CPU affinity. A change to the zygote's
+    value (setpriority), scheduling policy, CPU affinity and I/O priority (ioprio_set).
+    A change to the zygote's
     would pass to every later execution (a lowered hard limit cannot be raised again
     without CAP_SYS_RESOURCE), a change to ours would break the harness: either means
     Retire. Read with one system call each, after every execution."""
@@ -781,6 +794,7 @@ class _Limits:
                 os.sched_getscheduler(self.pid),
                 os.sched_getparam(self.pid).sched_priority,
                 frozenset(os.sched_getaffinity(self.pid)),
+                _ioprio(self.pid),
             )
         except OSError:
             return None
@@ -1054,8 +1068,10 @@ class _Scratch(_Dir):
         dirfd = self.fileno()
         if dirfd is None:
             return
-        if self.mode is not None and stat.S_IMODE(os.fstat(dirfd).st_mode) != self.mode:
-            os.chmod(dirfd, self.mode)
+        if self.mode is not None:
+            if stat.S_IMODE(os.fstat(dirfd).st_mode) != self.mode:
+                os.chmod(dirfd, self.mode)
+            self._clear_xattrs(dirfd)
         names = os.listdir(dirfd)
         if not names:
             return  # the common case: one listing
@@ -1105,6 +1121,24 @@ class _Scratch(_Dir):
         left = os.listdir(dirfd)
         if left:
             raise Retire("could not empty %s: %d entries left" % (self.path, len(left)))
+
+    # Extended attributes of a scratch directory that a script may set and reset removes.
+    XATTRS = ("user.", "system.posix_acl_")
+
+    def _clear_xattrs(self, dirfd):
+        """Removes the extended attributes a script set on the directory itself: data
+        the next execution could read (user.*), and default ACLs that would give every
+        file it creates mode 0 (system.posix_acl_*). One listxattr when there are none.
+        Raises Retire if one cannot be removed."""
+        try:
+            names = [n for n in os.listxattr(dirfd) if n.startswith(self.XATTRS)]
+        except OSError:
+            return  # the filesystem has none
+        for name in names:
+            try:
+                os.removexattr(dirfd, name)
+            except OSError:
+                raise Retire("could not remove the extended attribute %s of %s" % (name, self.path)) from None
 
 
 class _OomCounter:

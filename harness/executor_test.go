@@ -428,6 +428,7 @@ func TestWhatAScriptCannotUndoRetiresTheHarness(t *testing.T) {
 		{"the zygote's nice value", "import os\nos.setpriority(os.PRIO_PROCESS, os.getppid(), 19)"},
 		{"the zygote's scheduling policy", "import os\nos.sched_setscheduler(os.getppid(), os.SCHED_IDLE, os.sched_param(0))"},
 		{"the zygote's CPU affinity", "import os\nos.sched_setaffinity(os.getppid(), {min(os.sched_getaffinity(0))})\nassert len(os.sched_getaffinity(0)) > 1, 'one CPU: nothing to change'"},
+		{"the zygote's I/O priority", "import ctypes, os, platform\nassert platform.machine() == 'x86_64', 'ioprio_set is 251 on x86_64 only'\nassert ctypes.CDLL(None).syscall(251, 1, os.getppid(), (3 << 13) | 7) == 0"},
 		{"the harness's descriptor limit", "import os, resource\nresource.prlimit(" + harnessPID + ", resource.RLIMIT_NOFILE, (64, 64))"},
 		{"a directory tree too deep to wipe", "import os\nfd = os.open('.', os.O_RDONLY)\nfor _ in range(400):\n    os.mkdir('d', dir_fd=fd)\n    fd = os.open('d', os.O_RDONLY, dir_fd=fd)"},
 	} {

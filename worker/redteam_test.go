@@ -287,6 +287,26 @@ emit_result('planted')
 		},
 	},
 	{
+		name: "set extended attributes and a default ACL on the scratch directories",
+		// user.* data for a later job to read, and a default ACL that gives every file
+		// created there mode 0.
+		script: `import os, struct
+acl = struct.pack('<I', 2) + b''.join(struct.pack('<HHI', tag, 0, 0xFFFFFFFF) for tag in (0x01, 0x04, 0x20))
+for d in ('/workspace', '/tmp'):
+    os.setxattr(d, 'user.loot', b'left by the attacker')
+    os.setxattr(d, 'system.posix_acl_default', acl)
+emit_result('set')
+`,
+		judge: func(t *testing.T, evs []*wire.Event) {
+			if done := last(evs); !done.Success || done.FinalData != "set" {
+				t.Errorf("the attacker's own job: %s", describe(evs))
+			}
+		},
+		probe: func(string) string {
+			return "import os, tempfile\nopen('/workspace/mine', 'w').write('x')\nwith tempfile.NamedTemporaryFile() as f:\n    f.write(b'y')\nemit_result(open('/workspace/mine').read() == 'x' and os.listxattr('/workspace') == [] and os.listxattr('/tmp') == [] or [os.listxattr('/workspace'), os.listxattr('/tmp')])"
+		},
+	},
+	{
 		name: "lower the zygote's limits and priority for every later job",
 		// prlimit, setpriority, sched_setscheduler and sched_setaffinity need only the
 		// same uid, not a dumpable target; every child would inherit them.
@@ -297,6 +317,8 @@ resource.prlimit(z, resource.RLIMIT_CPU, (2, 3))
 resource.prlimit(z, resource.RLIMIT_NOFILE, (64, 64))
 os.setpriority(os.PRIO_PROCESS, z, 19)
 os.sched_setscheduler(z, os.SCHED_IDLE, os.sched_param(0))
+import ctypes
+ctypes.CDLL(None).syscall(251, 1, z, (3 << 13) | 7)  # ioprio_set(IOPRIO_WHO_PROCESS, zygote, idle), x86_64
 emit_result('lowered')
 `,
 		judge: func(t *testing.T, evs []*wire.Event) {
