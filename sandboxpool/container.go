@@ -142,7 +142,7 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 			LogConfig:      container.LogConfig{Type: "none"},
 			ReadonlyRootfs: true,
 			CapDrop:        []string{"ALL"},
-			SecurityOpt:    []string{"no-new-privileges"},
+			SecurityOpt:    append([]string{"no-new-privileges"}, seccompOpts...), // seccomp.go
 			Runtime:        sb.Runtime,
 			Tmpfs: map[string]string{
 				"/workspace": tmpfs(sb.WorkspaceBytes),
