@@ -63,7 +63,7 @@ for line in sys.stdin:
     exec(compile(req["script"], "<script>", "exec"), {"__name__": "__main__", "emit_result": lambda data=None: res.append(data)})
     eid = req["execution_id"]
     out.write(json.dumps({"type": "final_result", "execution_id": eid, "data": res[0] if res else None}) + "\n")
-    out.write(json.dumps({"type": "script_done", "execution_id": eid, "exit_code": 0, "signal": None, "duration_ms": (time.monotonic() - t0) * 1000}) + "\n")
+    out.write(json.dumps({"type": "script_done", "execution_id": eid, "exit_code": 0, "signal": None, "duration_ms": (time.monotonic() - t0) * 1000, "nonce": req.get("nonce")}) + "\n")
     out.flush()
 `
 

@@ -520,7 +520,13 @@ func (p *Pool) release(c *ctr, reason string, ran bool) {
 		p.offerLocked(c)
 	case p.cfg.ResetOnReturn:
 		c.state = stateReturning
-		p.tendLocked(c, c.conn.Reset, RetireResetFailed, "reset failed")
+		p.tendLocked(c, func(ctx context.Context) error {
+			// The execute's own reset_done comes first: nothing may be left unread.
+			if err := c.conn.AwaitReset(ctx); err != nil {
+				return err
+			}
+			return c.conn.Reset(ctx)
+		}, RetireResetFailed, "reset failed")
 	default:
 		c.state = stateReturning
 		p.tendLocked(c, c.conn.AwaitReset, RetireResetFailed, "reset failed")
