@@ -60,7 +60,7 @@ const (
 //	    env: {}                       # plain environment variables
 //	    runtime: ""                   # optional OCI runtime, e.g. runsc
 //	    resources: {memory_mb: 512, cpus: 1.0, pids: 128, workspace_mb: 64, tmp_mb: 64}
-//	    network: {allowed_hosts: []}  # host:port entries; empty means no network at all
+//	    network: {allowed_hosts: [], private_ranges: []}  # host:port entries (empty: no way out at all); CIDR prefixes the names may resolve to though not global
 //	    mounts: [{source: /data, target: /data, read_only: true}]   # read_only defaults to true
 //	    pool: {size: 2, max_overflow: 4, max_uses: 50, idle_timeout: 10m, ready_timeout: 30s}
 //
@@ -162,6 +162,12 @@ type Network struct {
 	// AllowedHosts are "host:port" entries the egress proxy lets through. Empty
 	// means no network at all (network mode none).
 	AllowedHosts []string
+	// PrivateRanges are CIDR prefixes ("10.20.0.0/16") that the names of
+	// AllowedHosts may resolve to although they are not globally reachable
+	// (private, shared or reserved addresses; see package proxy, which
+	// validates them with proxy.ParsePrivateRange). Empty means a name may
+	// resolve only to global addresses; an IP-literal entry needs no prefix.
+	PrivateRanges []string
 }
 
 // Mount is a bind mount into a sandbox's containers.
@@ -325,7 +331,8 @@ type resourcesYAML struct {
 }
 
 type networkYAML struct {
-	AllowedHosts []string `yaml:"allowed_hosts"`
+	AllowedHosts  []string    `yaml:"allowed_hosts"`
+	PrivateRanges []yaml.Node `yaml:"private_ranges"` // nodes, for their lines in errors
 }
 
 type mountYAML struct {

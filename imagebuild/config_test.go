@@ -86,7 +86,7 @@ sandboxes:
     env: {MODE: fast, LEVEL: 3}
     runtime: runsc
     resources: {memory_mb: 256, cpus: 0.5, pids: 64, workspace_mb: 32, tmp_mb: 16}
-    network: {allowed_hosts: ["api.stripe.com:443", "10.0.0.1:8080", "[::1]:80", "*.example.com:443"]}
+    network: {allowed_hosts: ["api.stripe.com:443", "10.0.0.1:8080", "[::1]:80", "*.example.com:443"], private_ranges: [10.20.0.0/16, "fd12:3456::/48"]}
     mounts: [{source: /data, target: /data}, {source: /out, target: /out, read_only: false}]
     pool: {size: 0, max_overflow: 0, max_uses: 1, idle_timeout: 90s, ready_timeout: 1m}
 `,
@@ -126,6 +126,13 @@ sandboxes:
 	}
 	if want := []Mount{{"/data", "/data", true}, {"/out", "/out", false}}; !reflect.DeepEqual(s.Mounts, want) {
 		t.Errorf("mounts = %+v (read_only defaults to true)", s.Mounts)
+	}
+	if want := (Network{AllowedHosts: []string{"api.stripe.com:443", "10.0.0.1:8080", "[::1]:80", "*.example.com:443"},
+		PrivateRanges: []string{"10.20.0.0/16", "fd12:3456::/48"}}); !reflect.DeepEqual(s.Network, want) {
+		t.Errorf("network = %+v", s.Network)
+	}
+	if z := cfg.Sandboxes["zeta"].Network; z.AllowedHosts != nil || z.PrivateRanges != nil {
+		t.Errorf("a sandbox without a network section: %+v, want none", z)
 	}
 	if cfg.Secrets["STRIPE_KEY"] != "sk_test" || cfg.HostPathMap["/app/data"] != "/srv/host/data" {
 		t.Errorf("secrets %v, host_path_map %v", cfg.Secrets, cfg.HostPathMap)
@@ -197,6 +204,11 @@ func TestInvalidConfigs(t *testing.T) {
 		{"the same mount target twice is an error", "sandboxes: {default: {mounts: [{source: /d, target: /d}, {source: /e, target: /d}]}}\n", []string{"mounts[1].target: /d is mounted twice"}},
 		{"a base image with a space is an error", "sandboxes: {default: {base_image: \"a b\"}}\n", []string{"base_image"}},
 		{"a relative host path is an error", "host_path_map: {app: /srv}\nsandboxes: {default: {}}\n", []string{"host_path_map", "absolute"}},
+		{"a private range that is not a prefix names the field and its line", "sandboxes:\n  default:\n    network:\n      allowed_hosts: [\"a.com:443\"]\n      private_ranges:\n        - 10.20.0.0/16\n        - 10.0.0.1\n", []string{`sandbox "default": line 7: network.private_ranges[1]: "10.0.0.1" is not a CIDR prefix like 10.20.0.0/16`}},
+		{"a private range with bits past its length says which prefix was meant", "sandboxes: {default: {network: {allowed_hosts: [\"a.com:443\"], private_ranges: [10.20.30.40/16]}}}\n", []string{"line 1: network.private_ranges[0]", "write 10.20.0.0/16"}},
+		{"a private range of loopback is an error", "sandboxes: {default: {network: {allowed_hosts: [\"a.com:443\"], private_ranges: [127.0.0.0/8]}}}\n", []string{"network.private_ranges[0]", "127.0.0.0 is loopback"}},
+		{"a private range that is not a string is an error", "sandboxes:\n  default:\n    network: {allowed_hosts: [\"a.com:443\"], private_ranges: [{cidr: 10.0.0.0/8}]}\n", []string{"line 3: network.private_ranges[0]: must be a CIDR prefix"}},
+		{"private ranges without allowed hosts are an error", "sandboxes:\n  default:\n    network: {private_ranges: [10.0.0.0/8]}\n", []string{"line 3: network.private_ranges: set without network.allowed_hosts"}},
 		{"every problem is reported, not only the first", "sandboxes: {a: {pool: {max_uses: 0}}, b: {resources: {pids: -1}}}\n", []string{`sandbox "a": pool.max_uses`, `sandbox "b": resources.pids`}},
 	}
 	for _, tt := range tests {

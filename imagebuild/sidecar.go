@@ -14,6 +14,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
+
+	"github.com/jazzmine/worker/proxy"
 )
 
 // ProxyDocker is the part of the Engine API the proxy sidecar needs; *client.Client
@@ -40,8 +42,9 @@ const (
 	ProxyDir = "/run/jazzmine/egress"
 	// ProxySocket is the file name of the proxy's socket in an egress volume.
 	ProxySocket = "proxy.sock"
-	// LabelProxyConfig holds the checksum of the sidecar's image, allowlists and
-	// volumes; a sidecar whose label differs from the wanted one is replaced.
+	// LabelProxyConfig holds the checksum of the sidecar's image, allowlists,
+	// private ranges and volumes; a sidecar whose label differs from the wanted
+	// one is replaced.
 	LabelProxyConfig = "jazzmine.proxy.config"
 )
 
@@ -51,6 +54,9 @@ type ProxySandbox struct {
 	// Volume is the sandbox's egress volume (EnsureEgressVolume).
 	Volume  string
 	Allowed []string
+	// PrivateRanges are the CIDR prefixes Allowed's names may resolve to
+	// although not global (Network.PrivateRanges).
+	PrivateRanges []string
 }
 
 // Proxy is a running sidecar.
@@ -61,12 +67,13 @@ type Proxy struct {
 }
 
 // EnsureProxy runs the egress proxy sidecar, a container called name (ProxyContainer
-// in production), from image with the sandboxes' own allowlists, on EgressNetwork,
-// with each sandbox's volume mounted at ProxyDir/<sandbox>, where the proxy listens on
-// ProxySocket for that sandbox. A sidecar already running with the same image,
-// allowlists and volumes is kept; one with others, or not running, is replaced. It
-// returns once the sidecar is started, not once it listens: a client that connects
-// earlier is refused, and the caller starts the sandboxes' containers after it.
+// in production), from image with the sandboxes' own allowlists and private ranges,
+// on EgressNetwork, with each sandbox's volume mounted at ProxyDir/<sandbox>, where
+// the proxy listens on ProxySocket for that sandbox. A sidecar already running with
+// the same image, allowlists, private ranges and volumes is kept; one with others, or
+// not running, is replaced. It returns once the sidecar is started, not once it
+// listens: a client that connects earlier is refused, and the caller starts the
+// sandboxes' containers after it.
 func EnsureProxy(ctx context.Context, d ProxyDocker, name, image string, sandboxes []ProxySandbox) (Proxy, error) {
 	cfg, mounts, sum, err := proxyConfig(image, sandboxes)
 	if err != nil {
@@ -114,13 +121,14 @@ func EnsureProxy(ctx context.Context, d ProxyDocker, name, image string, sandbox
 	return Proxy{ContainerID: created.ID, Replaced: true}, nil
 }
 
-// proxyConfig is the sidecar's JSON config (see package proxy), its mounts, and the
-// checksum of both and the image that labels it.
+// proxyConfig is the sidecar's JSON config (see package proxy), validated as the
+// proxy will, its mounts, and the checksum of both and the image that labels it.
 func proxyConfig(image string, sandboxes []ProxySandbox) (string, []mount.Mount, string, error) {
 	type sandbox struct {
-		Name    string   `json:"name"`
-		Socket  string   `json:"socket"`
-		Allowed []string `json:"allowed"`
+		Name          string   `json:"name"`
+		Socket        string   `json:"socket"`
+		Allowed       []string `json:"allowed"`
+		PrivateRanges []string `json:"private_ranges,omitempty"`
 	}
 	var cfg struct {
 		Sandboxes []sandbox `json:"sandboxes"`
@@ -133,13 +141,18 @@ func proxyConfig(image string, sandboxes []ProxySandbox) (string, []mount.Mount,
 			return "", nil, "", fmt.Errorf("proxy config: sandbox %q has no egress volume", sb.Name)
 		}
 		dir := path.Join(ProxyDir, sb.Name)
-		allowed := slices.Clone(sb.Allowed)
+		allowed, private := slices.Clone(sb.Allowed), slices.Clone(sb.PrivateRanges)
 		slices.Sort(allowed)
-		cfg.Sandboxes = append(cfg.Sandboxes, sandbox{Name: sb.Name, Socket: path.Join(dir, ProxySocket), Allowed: allowed})
+		slices.Sort(private)
+		cfg.Sandboxes = append(cfg.Sandboxes, sandbox{Name: sb.Name, Socket: path.Join(dir, ProxySocket), Allowed: allowed, PrivateRanges: private})
 		mounts = append(mounts, mount.Mount{Type: mount.TypeVolume, Source: sb.Volume, Target: dir, VolumeOptions: &mount.VolumeOptions{NoCopy: true}})
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
+		return "", nil, "", fmt.Errorf("proxy config: %w", err)
+	}
+	// Refused here, not by a sidecar that would restart forever.
+	if _, err := proxy.ParseConfig(b); err != nil {
 		return "", nil, "", fmt.Errorf("proxy config: %w", err)
 	}
 	h := sha256.New()

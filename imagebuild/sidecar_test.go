@@ -2,14 +2,19 @@ package imagebuild
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os/exec"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/client"
+
+	"github.com/jazzmine/worker/proxy"
 )
 
 // removeVolumeAtCleanup removes the volume when the test ends, after the containers
@@ -57,6 +62,63 @@ func TestAnEgressVolumeIsATmpfsOfTheProxysUserMadeOnce(t *testing.T) {
 	}
 	if _, err := EnsureEgressVolume(ctx, cli, other); err == nil || !strings.Contains(err.Error(), "not the egress proxy's") {
 		t.Errorf("err = %v, want a refusal of the plain volume", err)
+	}
+}
+
+func TestTheSidecarsConfigCarriesThePrivateRangesAndItsChecksumCoversThem(t *testing.T) {
+	sandboxes := []ProxySandbox{
+		{Name: "b", Volume: "jazzmine-egress-b", Allowed: []string{"svc-b:8080"}},
+		{Name: "a", Volume: "jazzmine-egress-a", Allowed: []string{"svc-a:8080", "*.corp.test:443"}, PrivateRanges: []string{"fd12:3456::/48", "10.20.0.0/16"}},
+	}
+	cfg, _, sum, err := proxyConfig("img:1", sandboxes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The proxy reads the config as the sidecar would, with each sandbox's ranges.
+	parsed, err := proxy.ParseConfig([]byte(cfg))
+	if err != nil {
+		t.Fatalf("the proxy refuses the sidecar's config %s: %v", cfg, err)
+	}
+	want := []proxy.Sandbox{
+		{Name: "a", Socket: "/run/jazzmine/egress/a/proxy.sock", Allowed: []string{"*.corp.test:443", "svc-a:8080"}, PrivateRanges: []string{"10.20.0.0/16", "fd12:3456::/48"}},
+		{Name: "b", Socket: "/run/jazzmine/egress/b/proxy.sock", Allowed: []string{"svc-b:8080"}},
+	}
+	if !reflect.DeepEqual(parsed.Sandboxes, want) {
+		t.Fatalf("the proxy reads %+v from %s, want %+v", parsed.Sandboxes, cfg, want)
+	}
+
+	checksum := func(mutate func(sb []ProxySandbox)) string {
+		t.Helper()
+		sb := []ProxySandbox{sandboxes[0], sandboxes[1]}
+		sb[1].PrivateRanges = slices.Clone(sb[1].PrivateRanges)
+		mutate(sb)
+		_, _, sum, err := proxyConfig("img:1", sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum
+	}
+	if got := checksum(func(sb []ProxySandbox) { slices.Reverse(sb[1].PrivateRanges) }); got != sum {
+		t.Errorf("the same ranges in another order changed the checksum: a sidecar would restart for nothing")
+	}
+	if got := checksum(func(sb []ProxySandbox) { sb[1].PrivateRanges = sb[1].PrivateRanges[:1] }); got == sum {
+		t.Errorf("a range less left the checksum as it was: the sidecar would keep the old ranges")
+	}
+	if got := checksum(func(sb []ProxySandbox) { sb[0].PrivateRanges = []string{"10.20.0.0/16"} }); got == sum {
+		t.Errorf("a range moved to another sandbox left the checksum as it was")
+	}
+
+	// What the proxy would refuse is refused before a sidecar is started.
+	bad := []ProxySandbox{{Name: "a", Volume: "v", Allowed: []string{"svc-a:8080"}, PrivateRanges: []string{"127.0.0.0/8"}}}
+	if _, _, _, err := proxyConfig("img:1", bad); !errors.Is(err, proxy.ErrInvalidConfig) || !strings.Contains(err.Error(), "sandboxes[0].private_ranges[0]") {
+		t.Errorf("a loopback private range: got %v, want the proxy's config error", err)
+	}
+	var many []ProxySandbox
+	for i := range proxy.DefaultMaxConns + 1 {
+		many = append(many, ProxySandbox{Name: fmt.Sprintf("s%d", i), Volume: "v", Allowed: []string{"svc:80"}})
+	}
+	if _, _, _, err := proxyConfig("img:1", many); !errors.Is(err, proxy.ErrInvalidConfig) || !strings.Contains(err.Error(), "max_conns") {
+		t.Errorf("more sandboxes than connections: got %v, want the proxy's config error", err)
 	}
 }
 
@@ -169,6 +231,13 @@ for what, f in [("unlink", lambda: os.unlink(d + "/proxy.sock")), ("rename", lam
 		a:     {"127.0.0.1:10": "502 Bad Gateway"},
 		bName: {"127.0.0.1:9": fmt.Sprintf("127.0.0.1:9 is not allowed for sandbox %s", bName)},
 	})
+	// Private ranges are part of a sandbox's policy: a change restarts the sidecar.
+	sandboxes[1].PrivateRanges = []string{"10.20.0.0/16"}
+	ranged, err := EnsureProxy(ctx, cli, sidecar, img.Tag, sandboxes)
+	if err != nil || !ranged.Replaced || ranged.ContainerID == changed.ContainerID {
+		t.Errorf("changed private ranges: %+v, %v; want a new sidecar", ranged, err)
+	}
+	checkAsks("after the ranges changed", map[string]map[string]string{bName: {"127.0.0.1:10": "502 Bad Gateway"}})
 }
 
 // askProxy sends "CONNECT target" to the proxy's socket from inside the container,

@@ -14,6 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/jazzmine/worker/proxy"
 )
 
 var (
@@ -107,6 +111,20 @@ func resolveSpec(name string, in *specYAML, dir string) (*Spec, []error) {
 		if err := checkHostPort(h); err != nil {
 			bad("network.allowed_hosts: %w", err)
 		}
+	}
+	for i, n := range in.Network.PrivateRanges {
+		if n.Kind != yaml.ScalarNode {
+			bad("line %d: network.private_ranges[%d]: must be a CIDR prefix like 10.20.0.0/16", n.Line, i)
+			continue
+		}
+		if _, err := proxy.ParsePrivateRange(n.Value); err != nil {
+			bad("line %d: network.private_ranges[%d]: %w", n.Line, i, err)
+			continue
+		}
+		s.Network.PrivateRanges = append(s.Network.PrivateRanges, n.Value)
+	}
+	if len(in.Network.PrivateRanges) > 0 && len(s.Network.AllowedHosts) == 0 {
+		bad("line %d: network.private_ranges: set without network.allowed_hosts, it opens nothing: the sandbox has no way out", in.Network.PrivateRanges[0].Line)
 	}
 
 	s.Mounts, err = resolveMounts(in.Mounts)

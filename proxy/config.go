@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,14 +18,19 @@ import (
 
 // Defaults of Config; a zero field means its default.
 const (
-	// DefaultMaxConns caps the client connections of all sandboxes together.
+	// DefaultMaxConns caps the client connections of all sandboxes together; it
+	// is shared out equally among the sandboxes (see Config.MaxConns).
 	DefaultMaxConns = 256
-	// DefaultMaxConnsPerSandbox caps the client connections of one sandbox.
+	// DefaultMaxConnsPerSandbox caps the client connections of one sandbox, when
+	// its equal share of MaxConns is larger.
 	DefaultMaxConnsPerSandbox = 64
 	// DefaultIdleTimeout closes a tunnel, or a request or response body, that
 	// moved no byte in either direction for this long. It also bounds how long an
 	// idle keep-alive connection waits for its next request.
 	DefaultIdleTimeout = 60 * time.Second
+	// DefaultCloseGrace closes a tunnel or a forwarded exchange whose client has
+	// ended its side, once no byte moved either way for this long.
+	DefaultCloseGrace = 5 * time.Second
 	// DefaultDialTimeout bounds resolving a target's name plus connecting to it.
 	DefaultDialTimeout = 10 * time.Second
 	// DefaultHeaderTimeout bounds reading a request's header.
@@ -67,6 +73,15 @@ type Sandbox struct {
 	// depth) but not example.com itself. The port is required and exact. Empty
 	// means every target is refused.
 	Allowed []string
+	// PrivateRanges are CIDR prefixes ("10.20.0.0/16", "fd12:3456::/48") that
+	// the names of Allowed may resolve to although they are not globally
+	// reachable (private, shared, reserved: see the package doc). Loopback,
+	// link-local, metadata, multicast and the like stay refused for names
+	// whatever the prefixes say. A prefix must have no bits set past its length
+	// and may not lie wholly in addresses that are always refused (see
+	// ParsePrivateRange). Empty means names resolve only to global addresses.
+	// IP-literal entries of Allowed need no prefix.
+	PrivateRanges []string
 }
 
 // Config configures a Server. The zero value of each field means its default.
@@ -74,15 +89,25 @@ type Config struct {
 	// Sandboxes are the sandboxes the proxy serves; at least one is required.
 	Sandboxes []Sandbox
 	// MaxConns caps the client connections being served, all sandboxes
-	// together; one over it is answered 503 and closed. Default DefaultMaxConns.
+	// together. It is shared out equally: each sandbox may hold at most
+	// MaxConns / len(Sandboxes) connections (and MaxConnsPerSandbox), so that
+	// the sandboxes together never hold MaxConns and none can keep another from
+	// connecting. It must be at least len(Sandboxes). Default DefaultMaxConns.
 	MaxConns int
-	// MaxConnsPerSandbox caps the client connections of each sandbox; one over
-	// it is answered 503 and closed. Default DefaultMaxConnsPerSandbox.
+	// MaxConnsPerSandbox caps the client connections of each sandbox when its
+	// share of MaxConns is larger; a connection over a sandbox's cap is answered
+	// 503 and closed. Default DefaultMaxConnsPerSandbox.
 	MaxConnsPerSandbox int
 	// IdleTimeout closes a tunnel, or a plain HTTP exchange, in which no byte
 	// moved in either direction for this long, and a keep-alive connection that
 	// sends no next request for this long. Default DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// CloseGrace replaces IdleTimeout for a tunnel or a forwarded exchange once
+	// its client has ended its side (end of stream): the tunnel or exchange is
+	// closed, upstream connection included, when no byte moved either way for
+	// CloseGrace since then, so that a client that went away frees its
+	// connection within CloseGrace. Default DefaultCloseGrace.
+	CloseGrace time.Duration
 	// DialTimeout bounds resolving a target and connecting to it; a timeout is
 	// answered 504. Default DefaultDialTimeout.
 	DialTimeout time.Duration
@@ -120,11 +145,13 @@ const maxSocketPath = 107
 //	  "max_conns": 256,
 //	  "max_conns_per_sandbox": 64,
 //	  "idle_timeout": "60s",
+//	  "close_grace": "5s",
 //	  "dial_timeout": "10s",
 //	  "header_timeout": "10s",
 //	  "max_header_bytes": 65536,
 //	  "sandboxes": [
-//	    {"name": "a", "socket": "/run/jazzmine/egress/a/proxy.sock", "allowed": ["svc-a:8080", "*.example.com:443"]}
+//	    {"name": "a", "socket": "/run/jazzmine/egress/a/proxy.sock", "allowed": ["svc-a:8080", "*.example.com:443"],
+//	     "private_ranges": ["10.20.0.0/16"]}
 //	  ]
 //	}
 //
@@ -135,13 +162,15 @@ func ParseConfig(data []byte) (Config, error) {
 		MaxConns           int    `json:"max_conns"`
 		MaxConnsPerSandbox int    `json:"max_conns_per_sandbox"`
 		IdleTimeout        string `json:"idle_timeout"`
+		CloseGrace         string `json:"close_grace"`
 		DialTimeout        string `json:"dial_timeout"`
 		HeaderTimeout      string `json:"header_timeout"`
 		MaxHeaderBytes     int    `json:"max_header_bytes"`
 		Sandboxes          []struct {
-			Name    string   `json:"name"`
-			Socket  string   `json:"socket"`
-			Allowed []string `json:"allowed"`
+			Name          string   `json:"name"`
+			Socket        string   `json:"socket"`
+			Allowed       []string `json:"allowed"`
+			PrivateRanges []string `json:"private_ranges"`
 		} `json:"sandboxes"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -168,6 +197,7 @@ func ParseConfig(data []byte) (Config, error) {
 		to    *time.Duration
 	}{
 		{"idle_timeout", j.IdleTimeout, &cfg.IdleTimeout},
+		{"close_grace", j.CloseGrace, &cfg.CloseGrace},
 		{"dial_timeout", j.DialTimeout, &cfg.DialTimeout},
 		{"header_timeout", j.HeaderTimeout, &cfg.HeaderTimeout},
 	} {
@@ -181,7 +211,7 @@ func ParseConfig(data []byte) (Config, error) {
 		*d.to = v
 	}
 	for _, js := range j.Sandboxes {
-		cfg.Sandboxes = append(cfg.Sandboxes, Sandbox{Name: js.Name, Socket: js.Socket, Allowed: js.Allowed})
+		cfg.Sandboxes = append(cfg.Sandboxes, Sandbox{Name: js.Name, Socket: js.Socket, Allowed: js.Allowed, PrivateRanges: js.PrivateRanges})
 	}
 	if _, err := compile(cfg); err != nil {
 		return Config{}, err
@@ -209,6 +239,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.CloseGrace == 0 {
+		cfg.CloseGrace = DefaultCloseGrace
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
@@ -241,6 +274,7 @@ func compile(cfg Config) ([]*sandbox, error) {
 		{"max_conns_per_sandbox", int64(cfg.MaxConnsPerSandbox)},
 		{"max_header_bytes", int64(cfg.MaxHeaderBytes)},
 		{"idle_timeout", int64(cfg.IdleTimeout)},
+		{"close_grace", int64(cfg.CloseGrace)},
 		{"dial_timeout", int64(cfg.DialTimeout)},
 		{"header_timeout", int64(cfg.HeaderTimeout)},
 	} {
@@ -250,6 +284,9 @@ func compile(cfg Config) ([]*sandbox, error) {
 	}
 	if len(cfg.Sandboxes) == 0 {
 		return nil, configError("sandboxes", "at least one sandbox is required")
+	}
+	if maxConns := cmp.Or(cfg.MaxConns, DefaultMaxConns); maxConns < len(cfg.Sandboxes) {
+		return nil, configError("max_conns", "%d is fewer than the sandboxes (%d): each sandbox needs a share of at least one connection", maxConns, len(cfg.Sandboxes))
 	}
 
 	var out []*sandbox
@@ -281,6 +318,13 @@ func compile(cfg Config) ([]*sandbox, error) {
 			if err := sb.allow(entry); err != nil {
 				return nil, configError(fmt.Sprintf("%s.allowed[%d]", field, k), "%q: %v", entry, err)
 			}
+		}
+		for k, r := range s.PrivateRanges {
+			p, err := ParsePrivateRange(r)
+			if err != nil {
+				return nil, configError(fmt.Sprintf("%s.private_ranges[%d]", field, k), "%v", err)
+			}
+			sb.private = append(sb.private, p)
 		}
 		out = append(out, sb)
 	}

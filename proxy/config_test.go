@@ -13,11 +13,12 @@ func TestParseConfigReadsEveryField(t *testing.T) {
 		"max_conns": 100,
 		"max_conns_per_sandbox": 10,
 		"idle_timeout": "2m",
+		"close_grace": "2s",
 		"dial_timeout": "5s",
 		"header_timeout": "3s",
 		"max_header_bytes": 4096,
 		"sandboxes": [
-			{"name": "a", "socket": "/run/jazzmine/egress/a/proxy.sock", "allowed": ["svc-a:8080", "*.example.com:443"]},
+			{"name": "a", "socket": "/run/jazzmine/egress/a/proxy.sock", "allowed": ["svc-a:8080", "*.example.com:443"], "private_ranges": ["10.20.0.0/16", "fd12:3456::/48"]},
 			{"name": "b_2", "socket": "/run/jazzmine/egress/b_2/proxy.sock", "allowed": ["10.0.0.5:80", "[2001:db8::1]:443"]},
 			{"name": "c", "socket": "/run/jazzmine/egress/c/proxy.sock"}
 		]
@@ -29,11 +30,12 @@ func TestParseConfigReadsEveryField(t *testing.T) {
 		MaxConns:           100,
 		MaxConnsPerSandbox: 10,
 		IdleTimeout:        2 * time.Minute,
+		CloseGrace:         2 * time.Second,
 		DialTimeout:        5 * time.Second,
 		HeaderTimeout:      3 * time.Second,
 		MaxHeaderBytes:     4096,
 		Sandboxes: []Sandbox{
-			{Name: "a", Socket: "/run/jazzmine/egress/a/proxy.sock", Allowed: []string{"svc-a:8080", "*.example.com:443"}},
+			{Name: "a", Socket: "/run/jazzmine/egress/a/proxy.sock", Allowed: []string{"svc-a:8080", "*.example.com:443"}, PrivateRanges: []string{"10.20.0.0/16", "fd12:3456::/48"}},
 			{Name: "b_2", Socket: "/run/jazzmine/egress/b_2/proxy.sock", Allowed: []string{"10.0.0.5:80", "[2001:db8::1]:443"}},
 			{Name: "c", Socket: "/run/jazzmine/egress/c/proxy.sock"},
 		},
@@ -77,6 +79,9 @@ func TestParseConfigNamesTheBadField(t *testing.T) {
 		{"a wildcard over an address is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "allowed": ["*.10.0.0.1:443"]}]}`, "a wildcard needs a domain name"},
 		{"the unspecified address is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "allowed": ["0.0.0.0:80"]}]}`, "the address is unspecified"},
 		{"a multicast address is refused", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "allowed": ["[ff02::1]:80"]}]}`, "the address is multicast"},
+		{"a bad close grace is named", `{"close_grace": "-1s", "sandboxes": [{"name": "a", "socket": "/s/a.sock"}]}`, "close_grace: must not be negative"},
+		{"fewer connections than sandboxes are refused", `{"max_conns": 1, "sandboxes": [{"name": "a", "socket": "/s/a.sock"}, {"name": "b", "socket": "/s/b.sock"}]}`, "max_conns: 1 is fewer than the sandboxes (2)"},
+		{"a private range that is not a prefix is named", `{"sandboxes": [{"name": "a", "socket": "/s/a.sock", "private_ranges": ["10.20.0.0/16", "10.0.0.1"]}]}`, `sandboxes[0].private_ranges[1]: "10.0.0.1" is not a CIDR prefix`},
 		{"the broadcast address is refused", `{"sandboxes": [{"name": "b", "socket": "/s/b.sock", "allowed": ["255.255.255.255:80"]}]}`, `sandboxes[0].allowed[0]: "255.255.255.255:80": the address is broadcast`},
 	}
 	for _, tt := range tests {
@@ -98,7 +103,7 @@ func TestNewAppliesTheDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := srv.cfg
-	if c.MaxConns != 256 || c.MaxConnsPerSandbox != 64 || c.IdleTimeout != 60*time.Second ||
+	if c.MaxConns != 256 || c.MaxConnsPerSandbox != 64 || srv.perSandbox != 64 || c.IdleTimeout != 60*time.Second || c.CloseGrace != 5*time.Second ||
 		c.DialTimeout != 10*time.Second || c.HeaderTimeout != 10*time.Second || c.MaxHeaderBytes != 64<<10 ||
 		c.Resolver == nil || c.Dial == nil || c.Logger == nil || srv.allowLoopback {
 		t.Fatalf("defaults: %+v", c)
@@ -145,6 +150,41 @@ func TestAllowlistEntriesMatchExactly(t *testing.T) {
 			}
 			if got := sb.allows(tg); got != tt.allows {
 				t.Fatalf("allows(%s) = %v, want %v", tg, got, tt.allows)
+			}
+		})
+	}
+}
+
+func TestParsePrivateRangeTakesOnlyPrefixesThatCanOpenSomething(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want string // the error, or "" for the prefix back
+	}{
+		{"an RFC 1918 prefix is taken", "10.20.0.0/16", ""},
+		{"a unique local IPv6 prefix is taken", "fd12:3456::/48", ""},
+		{"a single address is taken", "172.17.0.5/32", ""},
+		{"a prefix over loopback and more is taken (loopback stays refused)", "0.0.0.0/0", ""},
+		{"an address without a length is refused", "10.0.0.1", `"10.0.0.1" is not a CIDR prefix like 10.20.0.0/16`},
+		{"a name is refused", "svc-a/16", "is not a CIDR prefix"},
+		{"bits past the length are refused with the prefix meant", "10.20.30.40/16", `"10.20.30.40/16" has bits set past /16: write 10.20.0.0/16`},
+		{"an IPv4-mapped prefix is refused", "::ffff:10.0.0.0/104", "is IPv4-mapped: write it as an IPv4 prefix"},
+		{"a loopback prefix is refused", "127.0.0.0/8", `"127.0.0.0/8" holds nothing a name may resolve to (127.0.0.0 is loopback)`},
+		{"a prefix inside link-local is refused", "169.254.169.0/24", "(169.254.169.0 is link-local)"},
+		{"the IPv6 metadata endpoint is refused", "fd00:ec2::254/128", "(fd00:ec2::254 is a cloud metadata endpoint)"},
+		{"a multicast prefix is refused", "ff02::/16", "(ff02:: is multicast)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := ParsePrivateRange(tt.in)
+			if tt.want == "" {
+				if err != nil || p.String() != tt.in {
+					t.Fatalf("got %v, %v; want %s", p, err, tt.in)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, %v; want an error containing %q", p, err, tt.want)
 			}
 		})
 	}

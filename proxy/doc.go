@@ -35,18 +35,27 @@
 // Sandbox.Allowed). A request is checked against the entries by the name it
 // gives, before anything is resolved; a request for an IP address matches only
 // an entry with that address. Then the proxy resolves the name itself (with
-// Config.Resolver) and connects to a resolved address, never to one the
-// client supplied, so the address checked is the address dialled.
+// Config.Resolver), fully qualified ("name."), so that no search domain of the
+// proxy's host ever applies, and connects to a resolved address, never to one
+// the client supplied, so the address checked is the address dialled.
 //
-// Addresses a name resolves to are refused when they are loopback, link-local
-// (169.254.0.0/16, fe80::/10: this covers the cloud metadata endpoint
-// 169.254.169.254), other known metadata endpoints (fd00:ec2::254,
-// 100.100.100.200), unspecified, multicast or broadcast. Other private
-// addresses are allowed: naming a host that resolves to one is the operator's
-// choice. A name that resolves only to refused addresses is answered 403. An
-// IP-literal entry is the operator's explicit choice and may be loopback or
-// link-local, but never unspecified, multicast or broadcast (New rejects such
-// an entry).
+// A name may resolve only to globally reachable addresses. Refused always are
+// loopback, link-local (169.254.0.0/16, fe80::/10: this covers the cloud
+// metadata endpoint 169.254.169.254), other known metadata endpoints
+// (fd00:ec2::254, 100.100.100.200, 192.0.0.192), unspecified, multicast and
+// broadcast. Refused unless the sandbox's Sandbox.PrivateRanges hold them are
+// the other addresses that are not globally reachable: private (10/8,
+// 172.16/12, 192.168/16, fc00::/7), shared (100.64/10), 0/8, 192.0.0/24, the
+// documentation and benchmarking ranges (198.18/15), 192.88.99/24, 240/4, and
+// IPv6 outside 2000::/3 or in its reserved parts (2001::/23, 2001:db8::/32,
+// 2002::/16, 3fff::/20). A NAT64 address (64:ff9b::/96) is judged by the IPv4
+// address it embeds. So an allowlisted name, or a wildcard, whose DNS an
+// attacker controls cannot lead to the Docker host's bridge address or a
+// service of the private network unless the operator opened that range for the
+// sandbox. A name that resolves only to refused addresses is answered 403,
+// with the reason for each address. An IP-literal entry is the operator's
+// explicit choice and may be private, loopback or link-local, but never
+// unspecified, multicast or broadcast (New rejects such an entry).
 //
 // # Answers and bounds
 //
@@ -55,12 +64,21 @@
 //	     only to refused addresses
 //	431  the request header is over Config.MaxHeaderBytes
 //	502  the target cannot be resolved or connected to, or answers badly
-//	503  over Config.MaxConns, or over Config.MaxConnsPerSandbox for the sandbox
+//	503  over the sandbox's share of connections
 //	504  resolving or connecting took over Config.DialTimeout, or the target
 //	     sent no response within Config.IdleTimeout
 //
 // Every refusal is logged at Warn with the sandbox and the target, and
 // answered with a short text body naming them; the connection is then closed.
-// A request header must arrive within Config.HeaderTimeout; a tunnel or a body
-// in which no byte moved either way for Config.IdleTimeout is closed.
+//
+// Config.MaxConns is shared out equally: each sandbox may hold MaxConns / the
+// number of sandboxes client connections (at most Config.MaxConnsPerSandbox),
+// so that no sandbox can keep another from connecting. The containers of one
+// sandbox share its share. A request header must arrive within
+// Config.HeaderTimeout; a tunnel or a body in which no byte moved either way
+// for Config.IdleTimeout is closed. Once the client has ended its side (end of
+// stream) of a tunnel or of a forwarded exchange, that time is
+// Config.CloseGrace instead, and the target's connection is closed with it: a
+// client gone frees its connection within CloseGrace even when the target
+// never answers.
 package proxy

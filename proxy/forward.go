@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/textproto"
 	"os"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -15,8 +17,9 @@ import (
 // http://host:port/path"; the port defaults to 80). It checks the allowlist,
 // sends the request without its hop-by-hop and Proxy-* headers over a new
 // connection to the target (one request per connection), and relays the
-// response. It reports whether the client connection may carry another
-// request.
+// response. Once the request is sent, a client that ends its side frees the
+// exchange within CloseGrace (see watchClient). It reports whether the
+// client connection may carry another request.
 func (s *session) forward(req *http.Request) bool {
 	if !strings.EqualFold(req.URL.Scheme, "http") {
 		s.fail(quote(req.RequestURI), &failure{status: http.StatusBadRequest,
@@ -36,7 +39,7 @@ func (s *session) forward(req *http.Request) bool {
 		s.refuse(t)
 		return false
 	}
-	up, addr, f := s.srv.dialTarget(s.ctx, t)
+	up, addr, f := s.srv.dialTarget(s.ctx, s.sb, t)
 	if f != nil {
 		s.fail(t.String(), f)
 		return false
@@ -49,8 +52,9 @@ func (s *session) forward(req *http.Request) bool {
 	defer up.Close()
 	start := time.Now()
 	idle := s.srv.cfg.IdleTimeout
-	client := idleConn{Conn: s.conn, idle: idle}
-	upstream := idleConn{Conn: up, idle: idle}
+	act := &activity{}
+	client := idleConn{Conn: s.conn, idle: idle, act: act}
+	upstream := idleConn{Conn: up, idle: idle, act: act}
 
 	// The request as the target sees it.
 	clientClose := req.Close || !req.ProtoAtLeast(1, 1)
@@ -74,20 +78,30 @@ func (s *session) forward(req *http.Request) bool {
 		return false
 	}
 
+	stopWatch := s.watchClient(act, up)
+	defer stopWatch()
+
 	br := bufio.NewReader(upstream)
 	var resp *http.Response
 	for {
 		resp, err = http.ReadResponse(br, req)
+		if err != nil && act.quiet.Load() {
+			s.srv.log.Info("proxy: forwarded", "sandbox", s.sb.name, "target", t.String(), "addr", addr.String(),
+				"method", req.Method, "duration", time.Since(start).Round(time.Millisecond).String(), "complete", false, "end", "client ended")
+			return false
+		}
 		if err != nil {
 			f := &failure{status: http.StatusBadGateway, reason: "no valid response from " + t.String(), err: err}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				f.status = http.StatusGatewayTimeout
 			}
+			stopWatch()
 			s.fail(t.String(), f)
 			return false
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			resp.Body.Close()
+			stopWatch()
 			s.fail(t.String(), &failure{status: http.StatusBadGateway, reason: t.String() + " switched protocols, which the proxy does not relay"})
 			return false
 		}
@@ -109,10 +123,45 @@ func (s *session) forward(req *http.Request) bool {
 	resp.Close = !keep
 	err = resp.Write(client)
 
-	s.srv.log.Info("proxy: forwarded", "sandbox", s.sb.name, "target", t.String(),
-		"addr", addr.String(), "method", req.Method, "status", resp.StatusCode,
-		"duration", time.Since(start).Round(time.Millisecond).String(), "complete", err == nil)
+	attrs := []any{"sandbox", s.sb.name, "target", t.String(), "addr", addr.String(), "method", req.Method, "status", resp.StatusCode,
+		"duration", time.Since(start).Round(time.Millisecond).String(), "complete", err == nil}
+	if act.quiet.Load() {
+		attrs = append(attrs, "end", "client ended")
+	}
+	s.srv.log.Info("proxy: forwarded", attrs...)
 	return err == nil && keep
+}
+
+// watchClient watches the client, while the target answers a request it
+// sent, for the client's end of stream, and then closes the client and up once
+// no byte has moved for CloseGrace (activity.closeWhenQuiet). It reads
+// nothing away: bytes the client sends meanwhile (a pipelined request) stay
+// buffered for the next request. A client that pipelines more than the
+// buffer holds is watched no further. The returned func stops the watch and
+// waits for it, the session's reader being the caller's again then; it may be
+// called twice.
+func (s *session) watchClient(act *activity, up net.Conn) (stop func()) {
+	s.in.idle = 0 // the deadline is the watch's; readRequest sets it again
+	s.conn.SetReadDeadline(time.Time{})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			_, err := s.br.Peek(s.br.Buffered() + 1)
+			if err == nil {
+				continue // a byte more of the next request
+			}
+			if errors.Is(err, io.EOF) {
+				act.closeWhenQuiet(s.srv.cfg.CloseGrace, done, up, s.conn)
+			}
+			return // stopped, gone, or the buffer is full
+		}
+	})
+	return sync.OnceFunc(func() {
+		close(done)
+		s.conn.SetReadDeadline(time.Unix(1, 0)) // wakes a Peek under way
+		wg.Wait()
+	})
 }
 
 // hopHeaders are the headers of one connection, never forwarded (RFC 9110

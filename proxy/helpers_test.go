@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,7 +24,8 @@ import (
 )
 
 // world is the network the proxy sees in tests: its Resolver maps names to
-// addresses, and its Dial hook connects an address the proxy dials
+// addresses (fully qualified names only: a name asked for without its
+// trailing dot is not found, as a search domain might find it), and its Dial hook connects an address the proxy dials
 // ("127.0.0.2:8080") to the loopback listener of the test service behind it,
 // so that tests use fixed ports, never leave 127.0.0.0/8, and can tell what the
 // proxy dialled.
@@ -33,6 +35,7 @@ type world struct {
 	ports   map[string]string // address dialled -> listener answering it
 	hang    map[string]bool   // addresses whose dial never completes
 	dialled []string
+	asked   []string // names looked up
 }
 
 func newWorld() *world {
@@ -43,6 +46,7 @@ func newWorld() *world {
 func (w *world) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.asked = append(w.asked, host)
 	if addrs, ok := w.names[host]; ok {
 		return slices.Clone(addrs), nil
 	}
@@ -67,13 +71,21 @@ func (w *world) Dial(ctx context.Context, network, addr string) (net.Conn, error
 	return d.DialContext(ctx, network, real)
 }
 
-// name makes host resolve to addrs.
+// name makes host (without its trailing dot) resolve to addrs when it is
+// asked for fully qualified.
 func (w *world) name(host string, addrs ...string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, a := range addrs {
-		w.names[host] = append(w.names[host], netip.MustParseAddr(a))
+		w.names[host+"."] = append(w.names[host+"."], netip.MustParseAddr(a))
 	}
+}
+
+// lookups returns the names looked up so far.
+func (w *world) lookups() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.asked)
 }
 
 // route makes a dial of addr reach the listener at real.
@@ -434,4 +446,125 @@ func services(t *testing.T, w *world) *httptest.Server {
 	w.serveHTTP(t, "svc-b", "127.0.0.3", false, "8080")
 	w.serveHTTP(t, "api", "127.0.0.4", false, "80")
 	return tlsSrv
+}
+
+// dnsServer is a DNS server on 127.0.0.1 (UDP) for Go's own resolver in
+// tests: it answers A and AAAA questions for the names it knows, "no such
+// name" for the others, and records every question's name.
+type dnsServer struct {
+	addr  string
+	names map[string]netip.Addr // fully qualified, lower case
+
+	mu    sync.Mutex // guards asked
+	asked []string
+}
+
+// serveDNS serves names (fully qualified name -> address) until the end of the test.
+func serveDNS(t *testing.T, names map[string]string) *dnsServer {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &dnsServer{addr: pc.LocalAddr().String(), names: map[string]netip.Addr{}}
+	for name, a := range names {
+		d.names[name] = netip.MustParseAddr(a)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if resp := d.answer(buf[:n]); resp != nil {
+				pc.WriteTo(resp, from)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		pc.Close()
+		<-done
+	})
+	return d
+}
+
+// resolver is Go's resolver, sending every query to d.
+func (d *dnsServer) resolver() *net.Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var dialer net.Dialer
+		return dialer.DialContext(ctx, "udp", d.addr)
+	}}
+}
+
+// questions returns the names asked for so far.
+func (d *dnsServer) questions() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.asked)
+}
+
+// answer returns the response to the query q (RFC 1035 section 4), or nil
+// for a query it does not understand.
+func (d *dnsServer) answer(q []byte) []byte {
+	if len(q) < 12 || binary.BigEndian.Uint16(q[4:]) != 1 {
+		return nil
+	}
+	var labels []string
+	i := 12
+	for {
+		if i >= len(q) {
+			return nil
+		}
+		l := int(q[i])
+		i++
+		if l == 0 {
+			break
+		}
+		if l > 63 || i+l > len(q) {
+			return nil
+		}
+		labels = append(labels, string(q[i:i+l]))
+		i += l
+	}
+	if i+4 > len(q) {
+		return nil
+	}
+	qtype := binary.BigEndian.Uint16(q[i:])
+	name := strings.ToLower(strings.Join(labels, ".")) + "."
+	d.mu.Lock()
+	d.asked = append(d.asked, name)
+	d.mu.Unlock()
+
+	a, known := d.names[name]
+	var rdata []byte
+	switch {
+	case known && qtype == 1 && a.Is4(), known && qtype == 28 && a.Is6():
+		rdata = a.AsSlice()
+	}
+	flags := uint16(0x8580) // a response, authoritative, recursion desired and available
+	if !known {
+		flags |= 3 // no such name
+	}
+	resp := binary.BigEndian.AppendUint16(nil, binary.BigEndian.Uint16(q))
+	resp = binary.BigEndian.AppendUint16(resp, flags)
+	resp = binary.BigEndian.AppendUint16(resp, 1) // the question
+	if rdata != nil {
+		resp = binary.BigEndian.AppendUint16(resp, 1) // one answer
+	} else {
+		resp = binary.BigEndian.AppendUint16(resp, 0)
+	}
+	resp = append(resp, 0, 0, 0, 0) // no authority, no additional records
+	resp = append(resp, q[12:i+4]...)
+	if rdata != nil {
+		resp = append(resp, 0xc0, 12) // the question's name
+		resp = binary.BigEndian.AppendUint16(resp, qtype)
+		resp = binary.BigEndian.AppendUint16(resp, 1)  // class IN
+		resp = binary.BigEndian.AppendUint32(resp, 60) // TTL
+		resp = binary.BigEndian.AppendUint16(resp, uint16(len(rdata)))
+		resp = append(resp, rdata...)
+	}
+	return resp
 }

@@ -72,6 +72,7 @@ type sandbox struct {
 	socket   string
 	allowed  map[string]bool // canonical "host:port" of exact entries
 	suffixes []suffixRule    // "*.example.com:443" entries
+	private  []netip.Prefix  // the ranges names may resolve to although not global
 
 	active int // client connections being served; guarded by Server.mu
 }
@@ -123,6 +124,16 @@ func (sb *sandbox) allows(t target) bool {
 	}
 	for _, r := range sb.suffixes {
 		if r.port == t.port && strings.HasSuffix(t.name, r.suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// privateRange reports whether a is in one of the sandbox's private ranges.
+func (sb *sandbox) privateRange(a netip.Addr) bool {
+	for _, p := range sb.private {
+		if p.Contains(a) {
 			return true
 		}
 	}

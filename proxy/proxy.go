@@ -16,16 +16,18 @@ import (
 )
 
 // Server is the egress proxy. Create it with New; it is safe for concurrent
-// use, and Serve may run on several listeners at once (the connection caps are
-// shared).
+// use, and Serve may run on several listeners at once (a sandbox's cap is
+// shared by all the listeners Serve runs for it).
 type Server struct {
 	cfg           Config // defaults applied
 	sandboxes     []*sandbox
 	allowLoopback bool
 	log           *slog.Logger
+	// perSandbox caps each sandbox's connections: its equal share of MaxConns,
+	// at most MaxConnsPerSandbox.
+	perSandbox int
 
-	mu     sync.Mutex // guards active and every sandbox's active
-	active int
+	mu sync.Mutex // guards every sandbox's active
 
 	rejecting atomic.Int64 // connections being answered 403/503 outside the caps
 }
@@ -42,6 +44,7 @@ func New(cfg Config) (*Server, error) {
 		sandboxes:     sandboxes,
 		allowLoopback: cfg.allowLoopback,
 		log:           cfg.Logger,
+		perSandbox:    min(cfg.MaxConnsPerSandbox, cfg.MaxConns/len(sandboxes)),
 	}, nil
 }
 
@@ -146,7 +149,8 @@ func (s *Server) Serve(ctx context.Context, name string, ln net.Listener) error 
 		wg.Wait()
 	}()
 
-	s.log.Info("proxy: listening", "sandbox", sb.name, "addr", ln.Addr().String(), "allowed", len(sb.allowed)+len(sb.suffixes))
+	s.log.Info("proxy: listening", "sandbox", sb.name, "addr", ln.Addr().String(), "allowed", len(sb.allowed)+len(sb.suffixes),
+		"private_ranges", len(sb.private), "max_conns", s.perSandbox)
 
 	var backoff time.Duration
 	for {
@@ -183,7 +187,7 @@ func (s *Server) Serve(ctx context.Context, name string, ln net.Listener) error 
 	}
 }
 
-// handle serves a new connection of sb within the connection caps.
+// handle serves a new connection of sb within its connection cap.
 func (s *Server) handle(ctx context.Context, tr *tracker, c net.Conn, sb *sandbox) {
 	if why := s.acquire(sb); why != "" {
 		s.log.Warn("proxy: refused a connection over the cap", "sandbox", sb.name, "reason", why)
@@ -194,18 +198,15 @@ func (s *Server) handle(ctx context.Context, tr *tracker, c net.Conn, sb *sandbo
 	(&session{srv: s, ctx: ctx, tr: tr, conn: c, sb: sb}).serve()
 }
 
-// acquire counts a connection of sb against the caps; it returns why the
-// connection is over a cap, or "" once it is counted.
+// acquire counts a connection of sb against its cap; it returns why the
+// connection is over the cap, or "" once it is counted. The caps of all
+// sandboxes add up to at most MaxConns, so no sandbox waits on another's.
 func (s *Server) acquire(sb *sandbox) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.active >= s.cfg.MaxConns {
-		return fmt.Sprintf("too many connections (%d)", s.cfg.MaxConns)
+	if sb.active >= s.perSandbox {
+		return fmt.Sprintf("too many connections from sandbox %q (%d)", sb.name, s.perSandbox)
 	}
-	if sb.active >= s.cfg.MaxConnsPerSandbox {
-		return fmt.Sprintf("too many connections from sandbox %q (%d)", sb.name, s.cfg.MaxConnsPerSandbox)
-	}
-	s.active++
 	sb.active++
 	return ""
 }
@@ -213,7 +214,6 @@ func (s *Server) acquire(sb *sandbox) string {
 // release uncounts a connection that acquire counted.
 func (s *Server) release(sb *sandbox) {
 	s.mu.Lock()
-	s.active--
 	sb.active--
 	s.mu.Unlock()
 }

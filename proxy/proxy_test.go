@@ -241,47 +241,91 @@ func TestRequestsThatAreNotProxyRequestsAreRefused(t *testing.T) {
 	}
 }
 
-func TestNamesResolvingToInternalAddressesAreRefused(t *testing.T) {
+func TestNamesResolvingToAddressesThatAreNotGlobalAreRefused(t *testing.T) {
 	w := newWorld()
 	w.serveHTTP(t, "svc-a", "127.0.0.2", false, "8080")
 	// What a dial of these addresses reaches in this test: the loopback
 	// service above (no traffic leaves 127.0.0.0/8).
-	w.route("10.20.30.40:8080", w.ports["127.0.0.2:8080"])
+	for _, addr := range []string{"10.20.30.40:8080", "8.8.8.8:8080", "[2606:4700::1111]:8080", "[64:ff9b::a14:1e28]:8080"} {
+		w.route(addr, w.ports["127.0.0.2:8080"])
+	}
 	w.name("svc-a", "127.0.0.2")
 	w.name("localhost", "127.0.0.1", "::1")
 	w.name("metadata", "169.254.169.254")
 	w.name("metadata6", "fd00:ec2::254")
+	w.name("metadata-alibaba", "100.100.100.200")
 	w.name("linklocal6", "fe80::1")
 	w.name("mapped", "::ffff:127.0.0.2")
 	w.name("zero", "0.0.0.0")
 	w.name("mixed", "169.254.169.254", "10.20.30.40")
-	sb := []Sandbox{{
-		Name:    "a",
-		Allowed: []string{"svc-a:8080", "localhost:8080", "metadata:80", "metadata6:80", "linklocal6:80", "mapped:8080", "zero:8080", "mixed:8080", "127.0.0.2:8080"},
-	}}
+	w.name("private", "10.20.30.40")
+	w.name("host.attacker.example", "172.17.0.1") // the Docker host, on the default bridge
+	w.name("home", "192.168.1.1")
+	w.name("cgnat", "100.64.0.1")
+	w.name("ula", "fd12:3456::1")
+	w.name("bench", "198.18.0.1")
+	w.name("class-e", "240.0.0.1")
+	w.name("this-network", "0.1.2.3")
+	w.name("doc6", "2001:db8::1")
+	w.name("compat", "::a00:1")
+	w.name("nat64-private", "64:ff9b::10.20.30.40")
+	w.name("nat64-metadata", "64:ff9b::169.254.169.254")
+	w.name("public", "8.8.8.8")
+	w.name("public6", "2606:4700::1111")
+	names := []string{"svc-a:8080", "localhost:8080", "metadata:80", "metadata6:80", "metadata-alibaba:80", "linklocal6:80",
+		"mapped:8080", "zero:8080", "mixed:8080", "private:8080", "*.attacker.example:8080", "home:8080", "cgnat:8080", "ula:8080",
+		"bench:8080", "class-e:8080", "this-network:8080", "doc6:8080", "compat:8080", "nat64-private:8080", "nat64-metadata:8080",
+		"public:8080", "public6:8080", "127.0.0.2:8080", "10.20.30.40:8080"}
+	sb := []Sandbox{
+		{Name: "a", Allowed: names},
+		{Name: "b", Allowed: names, PrivateRanges: []string{"10.20.0.0/16", "100.64.0.0/10", "fd12:3456::/48"}},
+	}
 	p := start(t, w, Config{Sandboxes: sb}) // the production rule: no loopback targets
 
 	tests := []struct {
 		name       string
+		sandbox    string
 		target     string
 		wantStatus int
 		wantBody   string
 		wantDial   string
 	}{
-		{"a name resolving to loopback is refused", "svc-a:8080", 403, "svc-a resolves only to refused addresses (127.0.0.2 is loopback)", ""},
-		{"localhost is refused in both families", "localhost:8080", 403, "127.0.0.1 is loopback, ::1 is loopback", ""},
-		{"a name resolving to the metadata endpoint is refused", "metadata:80", 403, "169.254.169.254 is link-local", ""},
-		{"a name resolving to the IPv6 metadata endpoint is refused", "metadata6:80", 403, "fd00:ec2::254 is a cloud metadata endpoint", ""},
-		{"a name resolving to an IPv6 link-local address is refused", "linklocal6:80", 403, "fe80::1 is link-local", ""},
-		{"an IPv4-mapped loopback address is refused", "mapped:8080", 403, "127.0.0.2 is loopback", ""},
-		{"a name resolving to the unspecified address is refused", "zero:8080", 403, "0.0.0.0 is unspecified", ""},
-		{"a refused address is skipped for an allowed one", "mixed:8080", 200, "svc-a GET /", "10.20.30.40:8080"},
-		{"an IP-literal entry may be loopback: the operator chose it", "127.0.0.2:8080", 200, "svc-a GET /", "127.0.0.2:8080"},
+		{"a name resolving to loopback is refused", "a", "svc-a:8080", 403, "svc-a resolves only to refused addresses (127.0.0.2 is loopback)", ""},
+		{"localhost is refused in both families", "a", "localhost:8080", 403, "127.0.0.1 is loopback, ::1 is loopback", ""},
+		{"a name resolving to the metadata endpoint is refused", "a", "metadata:80", 403, "169.254.169.254 is link-local", ""},
+		{"a name resolving to the IPv6 metadata endpoint is refused", "a", "metadata6:80", 403, "fd00:ec2::254 is a cloud metadata endpoint", ""},
+		{"a name resolving to an IPv6 link-local address is refused", "a", "linklocal6:80", 403, "fe80::1 is link-local", ""},
+		{"an IPv4-mapped loopback address is refused", "a", "mapped:8080", 403, "127.0.0.2 is loopback", ""},
+		{"a name resolving to the unspecified address is refused", "a", "zero:8080", 403, "0.0.0.0 is unspecified", ""},
+		{"a name resolving to a private address is refused", "a", "private:8080", 403, "10.20.30.40 is private (RFC 1918) and not in the sandbox's private_ranges", ""},
+		{"a wildcard name resolving to the Docker host's bridge address is refused", "a", "host.attacker.example:8080", 403, "172.17.0.1 is private (RFC 1918)", ""},
+		{"a name resolving to 192.168/16 is refused", "a", "home:8080", 403, "192.168.1.1 is private (RFC 1918)", ""},
+		{"a name resolving to carrier-grade NAT space is refused", "a", "cgnat:8080", 403, "100.64.0.1 is shared address space", ""},
+		{"a name resolving to a unique local IPv6 address is refused", "a", "ula:8080", 403, "fd12:3456::1 is unique local (fc00::/7)", ""},
+		{"a name resolving to the benchmarking range is refused", "a", "bench:8080", 403, "198.18.0.1 is reserved for benchmarking", ""},
+		{"a name resolving to 240/4 is refused", "a", "class-e:8080", 403, "240.0.0.1 is reserved (240.0.0.0/4)", ""},
+		{"a name resolving to 0/8 is refused", "a", "this-network:8080", 403, `0.1.2.3 is "this network"`, ""},
+		{"a name resolving to IPv6 documentation space is refused", "a", "doc6:8080", 403, "2001:db8::1 is reserved for documentation", ""},
+		{"a name resolving to IPv6 outside 2000::/3 is refused", "a", "compat:8080", 403, "::a00:1 is reserved (outside the global unicast 2000::/3)", ""},
+		{"a NAT64 address is judged by its IPv4 address", "a", "nat64-private:8080", 403, "64:ff9b::a14:1e28 is NAT64 for 10.20.30.40, which is private", ""},
+		{"a NAT64 address of the metadata endpoint is refused", "a", "nat64-metadata:8080", 403, "NAT64 for 169.254.169.254, which is link-local", ""},
+		{"a name resolving to a public address is dialled", "a", "public:8080", 200, "svc-a GET /", "8.8.8.8:8080"},
+		{"a name resolving to a public IPv6 address is dialled", "a", "public6:8080", 200, "svc-a GET /", "[2606:4700::1111]:8080"},
+		{"an IP-literal entry may be loopback: the operator chose it", "a", "127.0.0.2:8080", 200, "svc-a GET /", "127.0.0.2:8080"},
+		{"an IP-literal entry may be private without a private range", "a", "10.20.30.40:8080", 200, "svc-a GET /", "10.20.30.40:8080"},
+
+		{"a name may resolve to a private address in the sandbox's private ranges", "b", "private:8080", 200, "svc-a GET /", "10.20.30.40:8080"},
+		{"a refused address is skipped for an allowed one", "b", "mixed:8080", 200, "svc-a GET /", "10.20.30.40:8080"},
+		{"a NAT64 address of a private range is allowed", "b", "nat64-private:8080", 200, "svc-a GET /", "[64:ff9b::a14:1e28]:8080"},
+		{"private ranges open only themselves", "b", "host.attacker.example:8080", 403, "172.17.0.1 is private (RFC 1918) and not in the sandbox's private_ranges", ""},
+		{"a metadata endpoint inside a private range stays refused", "b", "metadata-alibaba:80", 403, "100.100.100.200 is a cloud metadata endpoint", ""},
+		{"loopback stays refused with private ranges", "b", "svc-a:8080", 403, "127.0.0.2 is loopback", ""},
+		{"the metadata endpoint stays refused with private ranges", "b", "metadata:80", 403, "169.254.169.254 is link-local", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := len(w.dials())
-			status, body := p.get(t, "a", "connect", tt.target, "/")
+			status, body := p.get(t, tt.sandbox, "connect", tt.target, "/")
 			if status != tt.wantStatus || !strings.Contains(body, tt.wantBody) {
 				t.Fatalf("got %d %q, want %d containing %q", status, body, tt.wantStatus, tt.wantBody)
 			}
@@ -292,11 +336,52 @@ func TestNamesResolvingToInternalAddressesAreRefused(t *testing.T) {
 			if got := w.dials()[before:]; !slices.Equal(got, want) {
 				t.Errorf("the proxy dialled %v, want %v", got, want)
 			}
+			if tt.wantStatus == http.StatusForbidden {
+				line := p.waitLogged(t, "proxy: refused", map[string]any{"sandbox": tt.sandbox, "target": tt.target, "status": 403})
+				if reason, _ := line["reason"].(string); line["level"] != "WARN" || !strings.Contains(reason, tt.wantBody) {
+					t.Errorf("log line %v: want a WARN whose reason contains %q", line, tt.wantBody)
+				}
+			}
 		})
 	}
 }
 
-func TestTheDefaultResolverAndDialerAreUsedWithoutHooks(t *testing.T) {
+func TestNamesAreResolvedFullyQualified(t *testing.T) {
+	t.Run("the resolver is asked for the name with its trailing dot", func(t *testing.T) {
+		w := newWorld()
+		services(t, w)
+		p := start(t, w, Config{Sandboxes: sandboxes(), allowLoopback: true})
+		if status, body := p.get(t, "a", "connect", "SVC-A:8080", "/fq"); status != 200 || body != "svc-a GET /fq " {
+			t.Fatalf("got %d %q", status, body)
+		}
+		if got := w.lookups(); !slices.Equal(got, []string{"svc-a."}) {
+			t.Fatalf("looked up %q, want only \"svc-a.\": a relative name could take a search domain", got)
+		}
+	})
+
+	t.Run("Go's resolver asks the DNS for the name alone, never under a search domain", func(t *testing.T) {
+		w := newWorld()
+		srv := w.serveHTTP(t, "svc-a", "127.0.0.2", false)
+		_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+		dns := serveDNS(t, map[string]string{"svc-a.": "127.0.0.2"})
+		cfg := Config{Sandboxes: []Sandbox{{Name: "a", Allowed: []string{"svc-a:" + port}}}, Resolver: dns.resolver(), allowLoopback: true}
+		p := start(t, nil, cfg) // the default dialer
+		if status, body := p.get(t, "a", "connect", "svc-a:"+port, "/dns"); status != 200 || body != "svc-a GET /dns " {
+			t.Fatalf("got %d %q", status, body)
+		}
+		asked := dns.questions()
+		if len(asked) == 0 {
+			t.Fatal("the DNS server was not asked")
+		}
+		for _, q := range asked {
+			if q != "svc-a." {
+				t.Errorf("the DNS was asked for %q; want only svc-a. (A and AAAA)", q)
+			}
+		}
+	})
+}
+
+func TestTheDefaultDialerReachesAnIPLiteralEntry(t *testing.T) {
 	// An IP-literal entry needs no resolution: the production dialer reaches
 	// a loopback service the operator named by address.
 	w := newWorld()
@@ -307,18 +392,12 @@ func TestTheDefaultResolverAndDialerAreUsedWithoutHooks(t *testing.T) {
 	if status, body := p.get(t, "a", "connect", target, "/x"); status != 200 || body != "svc-a GET /x " {
 		t.Fatalf("got %d %q", status, body)
 	}
-	// The default Resolver's answer for localhost is loopback: refused.
-	_, port, _ := net.SplitHostPort(target)
-	p2 := start(t, nil, Config{Sandboxes: []Sandbox{{Name: "a", Allowed: []string{"localhost:" + port}}}})
-	if status, body := p2.get(t, "a", "connect", "localhost:"+port, "/x"); status != 403 || !strings.Contains(body, "is loopback") {
-		t.Fatalf("got %d %q, want 403 for loopback", status, body)
-	}
 }
 
 func TestDialTimeoutIsAGatewayTimeout(t *testing.T) {
 	w := newWorld()
 	w.name("slow", "10.20.30.40")
-	sb := []Sandbox{{Name: "a", Allowed: []string{"slow:443"}}}
+	sb := []Sandbox{{Name: "a", Allowed: []string{"slow:443"}, PrivateRanges: []string{"10.20.30.0/24"}}}
 	cfg := Config{Sandboxes: sb, DialTimeout: 50 * time.Millisecond,
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			<-ctx.Done() // a target that never answers

@@ -42,20 +42,29 @@ func (r *connReader) Read(p []byte) (int, error) {
 }
 
 // idleConn is a connection whose every Read and Write must make progress
-// within idle.
+// within idle; each byte moved touches act.
 type idleConn struct {
 	net.Conn
 	idle time.Duration
+	act  *activity
 }
 
 func (c idleConn) Read(p []byte) (int, error) {
 	c.SetReadDeadline(time.Now().Add(c.idle))
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.act.touch()
+	}
+	return n, err
 }
 
 func (c idleConn) Write(p []byte) (int, error) {
 	c.SetWriteDeadline(time.Now().Add(c.idle))
-	return c.Conn.Write(p)
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		c.act.touch()
+	}
+	return n, err
 }
 
 // serve reads and answers requests until the connection ends, is closed by a

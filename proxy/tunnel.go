@@ -6,13 +6,15 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // connect serves "CONNECT host:port": it checks the allowlist, dials, answers
 // 200 and relays bytes both ways until both sides are done, one side fails,
-// or the tunnel is idle for IdleTimeout.
+// the tunnel is idle for IdleTimeout, or, once the client has ended its side,
+// for CloseGrace.
 func (s *session) connect(req *http.Request) {
 	host, port, err := net.SplitHostPort(req.Host)
 	if err != nil || port == "" {
@@ -28,7 +30,7 @@ func (s *session) connect(req *http.Request) {
 		s.refuse(t)
 		return
 	}
-	up, addr, f := s.srv.dialTarget(s.ctx, t)
+	up, addr, f := s.srv.dialTarget(s.ctx, s.sb, t)
 	if f != nil {
 		s.fail(t.String(), f)
 		return
@@ -58,25 +60,73 @@ func (s *session) connect(req *http.Request) {
 	}
 
 	done := make(chan error, 1)
-	go func() { done <- tun.relay(up, s.conn, &tun.sent) }()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	go func() {
+		err := tun.relay(up, s.conn, &tun.sent)
+		if err == nil { // the client's end of stream, passed on as a half-close
+			wg.Go(func() { tun.closeWhenQuiet(s.srv.cfg.CloseGrace, stop, up, s.conn) })
+		}
+		done <- err
+	}()
 	downErr := tun.relay(s.conn, up, &tun.received)
 	upErr := <-done
+	close(stop)
+	wg.Wait()
 
+	end := endOf(upErr, downErr)
+	if tun.quiet.Load() {
+		end = "client ended"
+	}
 	s.srv.log.Info("proxy: tunnel closed", "sandbox", s.sb.name, "target", t.String(),
 		"addr", addr.String(), "bytes_sent", tun.sent.Load(), "bytes_received", tun.received.Load(),
-		"duration", time.Since(start).Round(time.Millisecond).String(), "end", endOf(upErr, downErr))
+		"duration", time.Since(start).Round(time.Millisecond).String(), "end", end)
 }
 
 // tunnel relays bytes between a client and a target. It is idle when no
 // byte moved in either direction for idle.
 type tunnel struct {
+	activity
 	idle     time.Duration
-	last     atomic.Int64 // UnixNano of the last byte moved either way
 	sent     atomic.Int64 // client to target
 	received atomic.Int64 // target to client
 }
 
-func (t *tunnel) touch() { t.last.Store(time.Now().UnixNano()) }
+// activity is when a byte last moved through a tunnel or a forwarded
+// exchange, either way.
+type activity struct {
+	last  atomic.Int64 // UnixNano of the last byte moved either way
+	quiet atomic.Bool  // closeWhenQuiet closed the connections
+}
+
+func (a *activity) touch() { a.last.Store(time.Now().UnixNano()) }
+
+// closeWhenQuiet is called at the client's end of stream: it closes conns (the
+// client's and the target's) once no byte has moved for grace, counted from
+// now at the earliest, so that a client gone frees its connection within
+// grace however long the target stays silent. It returns when it closed them
+// or when stop is closed.
+func (a *activity) closeWhenQuiet(grace time.Duration, stop <-chan struct{}, conns ...net.Conn) {
+	a.touch()
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-timer.C:
+		}
+		if left := grace - time.Since(time.Unix(0, a.last.Load())); left > 0 {
+			timer.Reset(left)
+			continue
+		}
+		a.quiet.Store(true)
+		for _, c := range conns {
+			c.Close()
+		}
+		return
+	}
+}
 
 // relay copies src to dst. At src's end of stream it half-closes dst, so the
 // other direction may go on; on any other error, or when the tunnel is idle,

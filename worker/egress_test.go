@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path"
@@ -23,7 +24,9 @@ import (
 
 // egressWorld is `worker serve` with two sandboxes: "a" (two warm containers)
 // allowed svc-a:8080, "b" (one) allowed svc-b:8080. The targets are containers of
-// the test on a network of the test, which the proxy sidecar is joined to.
+// the test on a network of the test, which the proxy sidecar is joined to. Their
+// addresses are private: each sandbox's private_ranges name the network's subnet,
+// or the proxy refuses the names.
 type egressWorld struct {
 	t      *testing.T
 	srv    *server.Server
@@ -31,16 +34,18 @@ type egressWorld struct {
 	suffix string
 	a, b   string            // the sandboxes' names
 	net    string            // the targets' network
+	subnet string            // its address range
 	ips    map[string]string // the targets' addresses, by service
 	config string            // the worker's config file
 	worker *workerProcess
 	n      int // workers started
 }
 
-// newEgressWorld starts the targets and a worker with allowlist a for sandbox a. The
-// targets, the sidecar, the sandboxes' volumes and the worker's containers are all
-// removed when the test ends.
-func newEgressWorld(t *testing.T, a string) *egressWorld {
+// newEgressWorld starts the targets and a worker with allowlist a for sandbox a,
+// whose private_ranges are the targets' subnet only if aOptsIn. The targets, the
+// sidecar, the sandboxes' volumes and the worker's containers are all removed when
+// the test ends.
+func newEgressWorld(t *testing.T, a string, aOptsIn bool) *egressWorld {
 	testenv.SandboxImage(t)
 	srv, nc := testenv.NATS(t)
 	suffix := fmt.Sprint(time.Now().UnixNano() % 1_000_000)
@@ -48,6 +53,10 @@ func newEgressWorld(t *testing.T, a string) *egressWorld {
 		net: "jazzmine-test-targets-" + suffix, ips: map[string]string{}, config: filepath.Join(t.TempDir(), "config.yaml")}
 	w.docker("network", "create", "--label", "jazzmine.test=worker", w.net)
 	t.Cleanup(func() { _ = exec.Command("docker", "network", "rm", w.net).Run() })
+	w.subnet = strings.Fields(w.docker("network", "inspect", "-f", "{{range .IPAM.Config}}{{.Subnet}} {{end}}", w.net) + " none")[0]
+	if _, err := netip.ParsePrefix(w.subnet); err != nil {
+		t.Fatalf("the subnet of network %s: %v", w.net, err)
+	}
 	for _, svc := range []string{"svc-a", "svc-b"} {
 		id := w.docker("run", "-d", "--rm", "--label", "jazzmine.test=worker", "--network", w.net, "--network-alias", svc,
 			"--entrypoint", "sh", imagebuild.DefaultBaseImage, "-c",
@@ -72,7 +81,7 @@ func newEgressWorld(t *testing.T, a string) *egressWorld {
 			_ = exec.Command("docker", "network", "rm", imagebuild.EgressNetwork).Run()
 		}
 	})
-	w.writeAllowlists(a)
+	w.writeAllowlists(a, aOptsIn)
 	w.serve()
 	return w
 }
@@ -86,19 +95,24 @@ func (w *egressWorld) docker(args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// writeAllowlists writes the worker's config with allowlist a for sandbox a.
-func (w *egressWorld) writeAllowlists(a string) {
+// writeAllowlists writes the worker's config with allowlist a for sandbox a, and the
+// targets' subnet as a's private range if aOptsIn (always as b's).
+func (w *egressWorld) writeAllowlists(a string, aOptsIn bool) {
 	tools := filepath.Join(testenv.RepoRoot(), "examples", "tools", "*.py")
+	aRanges := ""
+	if aOptsIn {
+		aRanges = fmt.Sprintf("%q", w.subnet)
+	}
 	cfg := fmt.Sprintf(`sandboxes:
   %[1]s:
     tools: [%[3]q]
-    network: {allowed_hosts: [%[4]s]}
+    network: {allowed_hosts: [%[4]s], private_ranges: [%[5]s]}
     pool: {size: 2, max_overflow: 0}
   %[2]s:
     tools: [%[3]q]
-    network: {allowed_hosts: ["svc-b:8080"]}
+    network: {allowed_hosts: ["svc-b:8080"], private_ranges: [%[6]q]}
     pool: {size: 1, max_overflow: 0}
-`, w.a, w.b, tools, a)
+`, w.a, w.b, tools, a, aRanges, w.subnet)
 	if err := os.WriteFile(w.config, []byte(cfg), 0o644); err != nil {
 		w.t.Fatal(err)
 	}
@@ -169,7 +183,7 @@ emit_result(out)
 // included; without it, it reaches nothing; the sidecar is replaced when, and only
 // when, an allowlist changes.
 func TestEachSandboxReachesOnlyItsOwnAllowlist(t *testing.T) {
-	w := newEgressWorld(t, `"svc-a:8080"`)
+	w := newEgressWorld(t, `"svc-a:8080"`, true)
 	a, b := w.a, w.b
 
 	got, _ := w.run(t, a, fmt.Sprintf(fetch, `["http://svc-a:8080/", "http://svc-b:8080/", "http://svc-a:9090/"]`))
@@ -214,13 +228,59 @@ emit_result(out)
 		t.Errorf("the sidecar was replaced although no allowlist changed")
 	}
 	w.stop()
-	w.writeAllowlists(`"svc-a:8080", "svc-a:9090"`)
+	w.writeAllowlists(`"svc-a:8080", "svc-a:9090"`, true)
 	w.serve()
 	if now := w.docker("inspect", "-f", "{{.Id}}", imagebuild.ProxyContainer); now == sidecar {
 		t.Errorf("the sidecar was kept although an allowlist changed")
 	}
 	got, _ = w.run(t, a, fmt.Sprintf(fetch, `["http://svc-a:9090/"]`))
 	checkResult(t, "sandbox a after the change", got, map[string]any{"http://svc-a:9090/": "hello from svc-a"})
+}
+
+// TestEgressRefusesANameResolvingToAPrivateAddressWithoutTheOptIn: svc-a resolves to
+// an address of the test's network, as a name whose DNS an attacker controls can
+// resolve to the Docker host's or a private service's; without the network's
+// subnet in its private_ranges, sandbox a is refused it with a 403 and the proxy's
+// log says why, while b, which opted in, reaches svc-b; once a opts in, the sidecar
+// is replaced and a reaches svc-a.
+func TestEgressRefusesANameResolvingToAPrivateAddressWithoutTheOptIn(t *testing.T) {
+	w := newEgressWorld(t, `"svc-a:8080"`, false)
+	a, b := w.a, w.b
+
+	got, _ := w.run(t, a, fmt.Sprintf(fetch, `["http://svc-a:8080/"]`))
+	checkResult(t, "sandbox a without private ranges", got, map[string]any{"http://svc-a:8080/": float64(403)})
+	got, _ = w.run(t, b, fmt.Sprintf(fetch, `["http://svc-b:8080/"]`))
+	checkResult(t, "sandbox b with the subnet as its private range", got, map[string]any{"http://svc-b:8080/": "hello from svc-b"})
+
+	// Docker's address pools are RFC 1918 ranges unless the daemon says otherwise:
+	// the test asks only that the reason names the address and the opt-in.
+	why := []string{fmt.Sprintf("svc-a resolves only to refused addresses (%s is ", w.ips["svc-a"]), "and not in the sandbox's private_ranges)"}
+	var refusal map[string]any
+	testenv.WaitFor(t, 10*time.Second, "the proxy's log line for the refusal", func() bool {
+		logs, _ := exec.Command("docker", "logs", imagebuild.ProxyContainer).CombinedOutput()
+		for line := range strings.Lines(string(logs)) {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "proxy: refused" && m["sandbox"] == a && m["target"] == "svc-a:8080" {
+				refusal = m
+				return true
+			}
+		}
+		return false
+	})
+	if reason, _ := refusal["reason"].(string); refusal["level"] != "WARN" || refusal["status"] != float64(403) ||
+		!strings.Contains(reason, why[0]) || !strings.Contains(reason, why[1]) {
+		t.Errorf("the proxy logged %v; want a WARN, status 403, and a reason with %q", refusal, why)
+	}
+
+	sidecar := w.docker("inspect", "-f", "{{.Id}}", imagebuild.ProxyContainer)
+	w.stop()
+	w.writeAllowlists(`"svc-a:8080"`, true)
+	w.serve()
+	if now := w.docker("inspect", "-f", "{{.Id}}", imagebuild.ProxyContainer); now == sidecar {
+		t.Errorf("the sidecar was kept although a's private ranges changed")
+	}
+	got, _ = w.run(t, a, fmt.Sprintf(fetch, `["http://svc-a:8080/"]`))
+	checkResult(t, "sandbox a with the subnet as its private range", got, map[string]any{"http://svc-a:8080/": "hello from svc-a"})
 }
 
 // hostListener listens on every address of the host, as a service bound to 0.0.0.0
@@ -289,7 +349,7 @@ emit_result(out)
 // allowlist tries every way out past the proxy, and past its own allowlist, that the
 // old design (a bridge network per sandbox) or this one might leave.
 func TestAScriptWithAnAllowlistReachesTheProxyAndNothingElse(t *testing.T) {
-	w := newEgressWorld(t, `"svc-a:8080"`)
+	w := newEgressWorld(t, `"svc-a:8080"`, true)
 	a, b := w.a, w.b
 	host := listenOnTheHost(t)
 

@@ -21,22 +21,23 @@ import (
 const egressPort = 3128
 
 // setUpEgress gives every sandbox with an allowlist its egress volume and the proxy
-// sidecar (built from this very binary) listening on a socket in it, and points the
-// sandbox's containers at it: the volume mounted read-only, the harness told where
-// the socket is, and HTTP clients told to use the harness's relay as their proxy.
-// Every sandbox keeps network none; one without an allowlist has no way out at all.
+// sidecar (built from this very binary) listening on a socket in it, with the
+// sandbox's allowlist and private ranges, and points the sandbox's containers at it:
+// the volume mounted read-only, the harness told where the socket is, and HTTP
+// clients told to use the harness's relay as their proxy. Every sandbox keeps
+// network none; one without an allowlist has no way out at all.
 func setUpEgress(ctx context.Context, docker *client.Client, builder *imagebuild.Builder, cfg *imagebuild.Config, sandboxes []sandboxpool.Sandbox, log *slog.Logger) error {
 	var proxied []imagebuild.ProxySandbox
 	for _, name := range cfg.Names() {
-		allowed := cfg.Sandboxes[name].Network.AllowedHosts
-		if len(allowed) == 0 {
+		network := cfg.Sandboxes[name].Network
+		if len(network.AllowedHosts) == 0 {
 			continue
 		}
 		vol, err := imagebuild.EnsureEgressVolume(ctx, docker, name)
 		if err != nil {
 			return err
 		}
-		proxied = append(proxied, imagebuild.ProxySandbox{Name: name, Volume: vol, Allowed: allowed})
+		proxied = append(proxied, imagebuild.ProxySandbox{Name: name, Volume: vol, Allowed: network.AllowedHosts, PrivateRanges: network.PrivateRanges})
 	}
 	if len(proxied) == 0 {
 		return nil
