@@ -112,11 +112,14 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 	if err == nil {
 		err = job.Validate(sandbox, w.cfg.MaxScriptBytes)
 	}
+	if err == nil {
+		err = sameIDs(headerID, job.ExecutionID)
+	}
 	if err != nil {
 		if ctErr != nil {
 			ct = wire.ContentTypeJSON // the job's own encoding is unknown: answer in the readable one
 		}
-		id := usableID(job, headerID)
+		id := ownedID(job, headerID)
 		log.Warn("invalid job", "execution_id", id, "err", err)
 		if id != "" {
 			var meta map[string]string
@@ -256,16 +259,33 @@ func (w *Worker) endCancelled(ctx context.Context, p *publisher, log *slog.Logge
 	return outCancelled, ""
 }
 
-// usableID is the id error events can be published under: the job's, else the
-// Nats-Msg-Id header's, if either is a valid subject token; else none.
-func usableID(job *wire.Job, header string) string {
-	if job != nil && wire.ValidateID("execution id", job.ExecutionID) == nil {
-		return job.ExecutionID
+// sameIDs checks that a job's Nats-Msg-Id header names the execution its body does.
+// The header is what the events stream deduplicates jobs by, so a job whose header
+// names another id (or none) could run under an id another job holds.
+func sameIDs(header, body string) error {
+	if header == "" {
+		return fmt.Errorf("the job has no %s header: publish it with %s: %s", wire.HeaderMsgID, wire.HeaderMsgID, body)
 	}
-	if wire.ValidateID("execution id", header) == nil {
-		return header
+	if header != body {
+		return fmt.Errorf("the job's %s header %q and its execution_id %q differ", wire.HeaderMsgID, header, body)
 	}
-	return ""
+	return nil
+}
+
+// ownedID is the id an invalid job's error may be published under: the Nats-Msg-Id
+// header's, when it is a valid id and the body names no other. The stream took the
+// message under that header, so no other job of the dedup window holds the id; an id
+// named only by the body may be another agent's execution, whose events must not get
+// a stranger's error (nor lose their message ids to it). Without one, the job is only
+// terminated, with the reason.
+func ownedID(job *wire.Job, header string) string {
+	if wire.ValidateID("execution id", header) != nil {
+		return ""
+	}
+	if job != nil && job.ExecutionID != "" && job.ExecutionID != header {
+		return ""
+	}
+	return header
 }
 
 func truncateReason(s string) string {

@@ -126,11 +126,9 @@ func identify(h nats.Header, data []byte) (id, ct string, meta map[string]string
 	if err != nil {
 		ct = wire.ContentTypeJSON
 	}
-	if job, err := wire.DecodeJob(ct, data); err == nil {
-		return usableID(job, id), ct, job.Metadata
+	job, err := wire.DecodeJob(ct, data)
+	if err != nil {
+		return ownedID(nil, id), ct, nil
 	}
-	if wire.ValidateID("execution id", id) != nil {
-		id = ""
-	}
-	return id, ct, nil
+	return ownedID(job, id), ct, job.Metadata
 }

@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +74,10 @@ func TestInvalidJobsEndInAClearErrorAndTheWorkerKeepsServing(t *testing.T) {
 			map[string]string{"Nats-Msg-Id": "too-big", "Content-Type": "application/msgpack"}, "too-big", "script"},
 		{"a sandbox in the body that differs from the subject's", "jazzmine.exec.default", msgpackJob(wire.Job{ExecutionID: "wrong-sb", Sandbox: "other", Script: "emit_result(1)"}),
 			map[string]string{"Nats-Msg-Id": "wrong-sb", "Content-Type": "application/msgpack"}, "wrong-sb", "sandbox"},
+		{"no Nats-Msg-Id header", "jazzmine.exec.default", msgpackJob(wire.Job{ExecutionID: "no-header", Script: "emit_result(1)"}),
+			map[string]string{"Content-Type": "application/msgpack"}, "", ""},
+		{"a Nats-Msg-Id header that names another execution", "jazzmine.exec.default", msgpackJob(wire.Job{ExecutionID: "body-id", Script: "emit_result(1)"}),
+			map[string]string{"Nats-Msg-Id": "header-id", "Content-Type": "application/msgpack"}, "", ""},
 		{"an execution id with a dot", "jazzmine.exec.default", msgpackJob(wire.Job{ExecutionID: "a.b", Script: "emit_result(1)"}),
 			map[string]string{"Content-Type": "application/msgpack"}, "", ""},
 		{"an execution id with '>'", "jazzmine.exec.default", msgpackJob(wire.Job{ExecutionID: "a>", Script: "emit_result(1)"}),
@@ -111,6 +117,49 @@ func TestInvalidJobsEndInAClearErrorAndTheWorkerKeepsServing(t *testing.T) {
 		i, err := info.Info(t.Context())
 		return err == nil && i.State.Msgs == 0
 	})
+}
+
+// TestAnInvalidJobUnderAnotherAgentsIDChangesNothingItReads: a hostile agent publishes
+// jobs that name a victim's execution id in their body, under message ids of their
+// own, before and after the victim's real job. Reading its events from the stream,
+// as the README tells agents to, the victim finds its own events and nothing else.
+func TestAnInvalidJobUnderAnotherAgentsIDChangesNothingItReads(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 0, nil)
+	hostile, victim := newAgent(t, nc), newAgent(t, nc)
+	id := newID("victim")
+	forge := func(n int) {
+		for _, job := range []wire.Job{
+			{ExecutionID: id, Script: "emit_result(1)", Mode: "bogus"}, // decodes, fails validation
+			{ExecutionID: id, Script: ""},                              // likewise
+			{ExecutionID: id, Script: "emit_result('not the victim')"}, // valid, under another message id
+		} {
+			data, err := wire.EncodeJob(wire.ContentTypeJSON, &job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := hostile.publish(wire.ExecSubject("default"), data, map[string]string{wire.HeaderMsgID: newID(fmt.Sprintf("hostile-%d", n)), wire.HeaderContentType: wire.ContentTypeJSON}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	forge(1)
+	victim.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: id, Sandbox: "default", Script: "emit_result('mine')"})
+	forge(2)
+	victim.events(id, time.Minute)
+	// Whatever the worker would publish for the hostile jobs has had time to arrive:
+	// a job after them has ended.
+	after := newID("after")
+	victim.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: after, Sandbox: "default", Script: "emit_result(1)"})
+	victim.events(after, time.Minute)
+	evs := victim.allEvents(id)
+	var types []string
+	for _, ev := range evs {
+		types = append(types, ev.Type)
+	}
+	if want := []string{wire.EventStarted, wire.EventFinalResult, wire.EventScriptDone}; !slices.Equal(types, want) || last(evs).FinalData != "mine" {
+		t.Errorf("the victim read %s, want only its own %v", describe(evs), want)
+	}
 }
 
 func TestAJobPublishedTwiceWithOneMessageIDRunsOnce(t *testing.T) {
