@@ -25,6 +25,11 @@ const (
 	// A worker may apply a lower ceiling of its own.
 	MaxTimeoutSec = 3600
 
+	// MaxOutputLimit is the largest max_output_bytes a job may ask for: 16 MiB. A
+	// worker holds an execution's events until the stream has stored them all, so
+	// this bounds what one job can make it hold.
+	MaxOutputLimit = 16 << 20
+
 	// MaxRequiredSecrets is the largest number of names in required_secrets.
 	MaxRequiredSecrets = 64
 
@@ -66,7 +71,8 @@ type Job struct {
 	TimeoutSec float64 `json:"timeout_sec,omitempty" msgpack:"timeout_sec,omitempty"`
 
 	// MaxOutputBytes bounds the bytes of the whole event stream of the
-	// execution; zero means the worker's default (1 MiB).
+	// execution; zero means the worker's default (1 MiB), and at most
+	// [MaxOutputLimit] is allowed.
 	MaxOutputBytes int64 `json:"max_output_bytes,omitempty" msgpack:"max_output_bytes,omitempty"`
 
 	// RequiredSecrets names the secrets (environment variables) the script
@@ -145,8 +151,8 @@ func (j *Job) validate(subjectSandbox string, maxScriptBytes int) error {
 	if !(j.TimeoutSec >= 0 && j.TimeoutSec <= MaxTimeoutSec) {
 		return fmt.Errorf("timeout_sec %v is invalid: it must be between 0 (the worker's default) and %d seconds", j.TimeoutSec, MaxTimeoutSec)
 	}
-	if j.MaxOutputBytes < 0 {
-		return fmt.Errorf("max_output_bytes %d is invalid: it must not be negative (0 means the worker's default)", j.MaxOutputBytes)
+	if j.MaxOutputBytes < 0 || j.MaxOutputBytes > MaxOutputLimit {
+		return fmt.Errorf("max_output_bytes %d is invalid: it must be between 0 (the worker's default) and %d", j.MaxOutputBytes, MaxOutputLimit)
 	}
 
 	if err := validateSecrets(j.RequiredSecrets); err != nil {

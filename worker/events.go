@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,12 +28,26 @@ type publisher struct {
 	seq     uint64
 	trace   wire.HeaderCarrier // trace context put on every event
 	pending []jetstream.PubAckFuture
-	err     error // the first publish error
-	unsent  bool  // an event was never sent: sending the pending ones again cannot make up for it
+	// held are events a passing failure to send (too many acks outstanding, the
+	// reconnect buffer full) kept back, in order: sent before anything else.
+	held   []*nats.Msg
+	err    error // the first publish error
+	unsent bool  // an event was never sent: sending the pending ones again cannot make up for it
+
+	// maxData is the largest encoded event the server takes (its max payload, less
+	// room for the headers); lost says why the result was not sent, if it was too
+	// large, and makes the script_done a failure.
+	maxData int
+	lost    string
 }
 
+// eventHeaderRoom is what an event's headers (message id, content type, trace
+// context) may take of the server's max payload.
+const eventHeaderRoom = 4 << 10
+
 func (w *Worker) newPublisher(id string, attempt int, ct string, metadata map[string]string) *publisher {
-	return &publisher{js: w.js, workerID: w.cfg.WorkerID, id: id, attempt: attempt, ct: ct, metadata: metadata}
+	return &publisher{js: w.js, workerID: w.cfg.WorkerID, id: id, attempt: attempt, ct: ct, metadata: metadata,
+		maxData: int(w.cfg.NATS.MaxPayload()) - eventHeaderRoom}
 }
 
 // publish sends ev after filling the fields every event carries. An event whose
@@ -44,14 +59,20 @@ func (p *publisher) publish(ev *wire.Event) error {
 	}
 	p.seq++
 	ev.ExecutionID, ev.Seq, ev.Attempt, ev.WorkerID, ev.Time, ev.Metadata = p.id, p.seq, p.attempt, p.workerID, time.Now().UTC(), p.metadata
+	if ev.Type == wire.EventScriptDone && p.lost != "" {
+		ev.Success, ev.Error, ev.FinalData = false, p.lost, nil
+	}
 	data, err := wire.EncodeEvent(p.ct, ev)
 	if err != nil {
-		ev = &wire.Event{ExecutionID: p.id, Type: wire.EventError, Seq: p.seq, Attempt: p.attempt, WorkerID: p.workerID, Time: ev.Time, Metadata: p.metadata,
-			Kind: wire.KindScript, Error: fmt.Sprintf("the %s event could not be encoded: %v", ev.Type, err)}
-		if data, err = wire.EncodeEvent(p.ct, ev); err != nil {
-			p.err, p.unsent = fmt.Errorf("encode event: %w", err), true
-			return p.err
-		}
+		ev = p.replace(ev, wire.EventError, fmt.Sprintf("the %s event could not be encoded: %v", ev.Type, err))
+		data, err = wire.EncodeEvent(p.ct, ev)
+	}
+	if err == nil && p.maxData > 0 && len(data) > p.maxData {
+		ev, data, err = p.fit(ev, len(data))
+	}
+	if err != nil {
+		p.err, p.unsent = fmt.Errorf("encode event: %w", err), true
+		return p.err
 	}
 	msg := &nats.Msg{Subject: wire.EventSubject(p.id, ev.Type), Data: data, Header: nats.Header{}}
 	msg.Header.Set(wire.HeaderMsgID, wire.EventMsgID(p.id, p.attempt, p.seq))
@@ -59,13 +80,84 @@ func (p *publisher) publish(ev *wire.Event) error {
 	for k, v := range p.trace {
 		msg.Header[k] = v
 	}
-	f, err := p.js.PublishMsgAsync(msg)
-	if err != nil {
+	p.held = append(p.held, msg)
+	if err := p.send(); err != nil {
 		p.err, p.unsent = fmt.Errorf("publish %s event of %s: %w", ev.Type, p.id, err), true
 		return p.err
 	}
-	p.pending = append(p.pending, f)
 	return nil
+}
+
+// send publishes the held events, in order, until one fails. A failure that passes by
+// itself (storeFailureIsTransient) keeps the rest held, for the next event or
+// storeEvents to send: the script is not run again for it. Any other is returned.
+func (p *publisher) send() error {
+	for len(p.held) > 0 {
+		f, err := p.js.PublishMsgAsync(p.held[0])
+		if err != nil {
+			if storeFailureIsTransient(err) {
+				return nil
+			}
+			return err
+		}
+		p.pending = append(p.pending, f)
+		p.held[0] = nil
+		p.held = p.held[1:]
+	}
+	return nil
+}
+
+// replace returns an event of type typ that stands for ev, with what ev would have
+// said in msg: an error (of kind script) or a warning log.
+func (p *publisher) replace(ev *wire.Event, typ, msg string) *wire.Event {
+	out := &wire.Event{ExecutionID: ev.ExecutionID, Type: typ, Seq: ev.Seq, Attempt: ev.Attempt, WorkerID: ev.WorkerID, Time: ev.Time, Metadata: ev.Metadata}
+	if typ == wire.EventError {
+		out.Kind, out.Error = wire.KindScript, msg
+	} else {
+		out.Level, out.Message = "warning", msg
+	}
+	return out
+}
+
+// fit makes an event of size bytes that the server would refuse (over its max
+// payload) into one it takes, and says what was cut: a result too large is an
+// output_limit error (and the script_done a failure), an intermediate is a warning,
+// the text of other events is cut short. A too-large event would otherwise fail to
+// publish, and the job run again.
+func (p *publisher) fit(ev *wire.Event, size int) (*wire.Event, []byte, error) {
+	why := fmt.Sprintf("%d bytes, more than the %d an event may hold", size, p.maxData)
+	switch ev.Type {
+	case wire.EventFinalResult:
+		p.lost = "the result is " + why + ": return less, or write it to a file"
+		ev = p.replace(ev, wire.EventError, p.lost)
+		ev.Kind = wire.KindOutputLimit
+	case wire.EventIntermediate:
+		ev = p.replace(ev, wire.EventLog, fmt.Sprintf("intermediate %q not sent: it is %s", ev.Label, why))
+	case wire.EventScriptDone:
+		ev.FinalData = nil // the final_result event carried it
+		ev.Error = cut(ev.Error, p.maxData/4)
+	default:
+		for _, s := range []*string{&ev.Text, &ev.Message, &ev.Error, &ev.Traceback} {
+			*s = cut(*s, p.maxData/4)
+		}
+	}
+	data, err := wire.EncodeEvent(p.ct, ev)
+	if err == nil && len(data) > p.maxData {
+		err = fmt.Errorf("the %s event is %d bytes even cut, more than %d", ev.Type, len(data), p.maxData)
+	}
+	return ev, data, err
+}
+
+// cut shortens s to at most n bytes (on a rune boundary) and says so.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	end := n
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end] + fmt.Sprintf(" [cut: %d of %d bytes]", end, len(s))
 }
 
 // traceFrom makes every event carry the trace context of ctx.
@@ -81,6 +173,14 @@ func (p *publisher) traceFrom(ctx context.Context, prop propagation.TextMapPropa
 // the first failure.
 func (p *publisher) wait(ctx context.Context) error {
 	if p.err != nil {
+		return p.err
+	}
+	if err := p.send(); err != nil {
+		p.err, p.unsent = fmt.Errorf("publish the events of %s: %w", p.id, err), true
+		return p.err
+	}
+	if len(p.held) > 0 {
+		p.err = fmt.Errorf("events of %s not sent yet: %w", p.id, jetstream.ErrTooManyStalledMsgs)
 		return p.err
 	}
 	for _, f := range p.pending {

@@ -72,7 +72,8 @@ func storeFailureIsTransient(err error) bool {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrAsyncPublishTimeout),
 		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrTooManyStalledMsgs):
+		errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrTooManyStalledMsgs),
+		errors.Is(err, nats.ErrReconnectBufExceeded):
 		return true
 	case errors.As(err, &apiErr):
 		return apiErr.Code == http.StatusServiceUnavailable

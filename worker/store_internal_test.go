@@ -21,6 +21,8 @@ func TestOnlyTransientStoreFailuresAreTriedAgain(t *testing.T) {
 		{"an ack that nats.go gave up waiting for", wrap(jetstream.ErrAsyncPublishTimeout), true},
 		{"a stream without a leader (no responders)", wrap(jetstream.ErrNoStreamResponse), true},
 		{"a stream that answers 503", wrap(&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}), true},
+		{"a send while too many acks are outstanding", jetstream.ErrTooManyStalledMsgs, true},
+		{"a send while the reconnect buffer is full", nats.ErrReconnectBufExceeded, true},
 		{"a message too large for the server", wrap(nats.ErrMaxPayload), false},
 		{"a stream that refuses the message", wrap(&jetstream.APIError{Code: 400, ErrorCode: 10054, Description: "maximum message size exceeded"}), false},
 		{"a closed connection", wrap(nats.ErrConnectionClosed), false},

@@ -162,6 +162,43 @@ func TestAnInvalidJobUnderAnotherAgentsIDChangesNothingItReads(t *testing.T) {
 	}
 }
 
+// TestOutputIsBoundedAndNothingRunsTwiceForIt: a result larger than an event may
+// hold, output at the largest limit a job may ask for, and a job asking for more. Each
+// ends once, in its first attempt, with an error that says why.
+func TestOutputIsBoundedAndNothingRunsTwiceForIt(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 0, nil)
+	a := newAgent(t, nc)
+	for _, tc := range []struct {
+		name, script string
+		max          int64
+		kind, err    string
+	}{
+		{"a 5 MiB result", "emit_result('x' * (5 << 20))", wire.MaxOutputLimit, wire.KindOutputLimit, "the result is"},
+		{"50 MiB printed under the largest limit", "import sys\nfor _ in range(50):\n    sys.stdout.write('y' * (1 << 20))\nemit_result(1)", wire.MaxOutputLimit, wire.KindOutputLimit, "Output limit exceeded"},
+		{"50 MiB printed asking for 1 GiB", "import sys\nfor _ in range(50):\n    sys.stdout.write('y' * (1 << 20))\nemit_result(1)", 1 << 30, wire.KindInvalidJob, "max_output_bytes 1073741824 is invalid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := newID("bound")
+			a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: id, Sandbox: "default", Script: tc.script, MaxOutputBytes: tc.max, TimeoutSec: 60})
+			evs := a.events(id, 2*time.Minute)
+			e := find(evs, wire.EventError)
+			if done := last(evs); done.Success || e == nil || e.Kind != tc.kind || !strings.Contains(e.Error, tc.err) || !strings.Contains(done.Error, tc.err) {
+				t.Errorf("want a %s error saying %q: %s", tc.kind, tc.err, describe(evs))
+			}
+			all := a.allEvents(id)
+			if n := count(all, wire.EventScriptDone); n != 1 {
+				t.Errorf("%d script_done events: %s", n, describe(all))
+			}
+			for _, ev := range all {
+				if ev.Attempt != 1 {
+					t.Errorf("a %s event of attempt %d: the job ran again", ev.Type, ev.Attempt)
+				}
+			}
+		})
+	}
+}
+
 func TestAJobPublishedTwiceWithOneMessageIDRunsOnce(t *testing.T) {
 	_, nc := testenv.NATS(t)
 	startWorker(t, nc, 1, 0, nil)

@@ -1,0 +1,132 @@
+package worker
+
+import (
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/wire"
+)
+
+// stallingJS refuses the first sends the way nats.go does when too many acks are
+// outstanding, then sends as usual.
+type stallingJS struct {
+	jetstream.JetStream
+	refusals atomic.Int32
+}
+
+func (s *stallingJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if s.refusals.Add(-1) >= 0 {
+		return nil, jetstream.ErrTooManyStalledMsgs
+	}
+	return s.JetStream.PublishMsgAsync(m, opts...)
+}
+
+// eventsStream makes the events stream on an in-process server and returns a
+// publisher for execution "x" whose sends the first refusals times are refused.
+func eventsStream(t *testing.T, refusals int32, maxData int) (*publisher, jetstream.Stream) {
+	t.Helper()
+	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.StreamEvents, Subjects: []string{"jazzmine.events.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &stallingJS{JetStream: js}
+	fake.refusals.Store(refusals)
+	return &publisher{js: fake, id: "x", attempt: 1, ct: wire.ContentTypeJSON, maxData: maxData}, stream
+}
+
+// stored returns the events of "x" in the stream, in order.
+func stored(t *testing.T, stream jetstream.Stream) []*wire.Event {
+	t.Helper()
+	info, err := stream.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []*wire.Event
+	for seq := uint64(1); seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Data) > 1<<20 {
+			t.Errorf("event %d is %d bytes", seq, len(m.Data))
+		}
+		ev, err := wire.DecodeEvent(wire.ContentTypeJSON, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// TestASendRefusedForNowIsSentLaterNotRunAgain: a send that nats.go refuses for now
+// (too many acks outstanding, the reconnect buffer full) neither fails the execution
+// (which would run the script again) nor loses or reorders an event.
+func TestASendRefusedForNowIsSentLaterNotRunAgain(t *testing.T) {
+	p, stream := eventsStream(t, 3, 1<<20)
+	w := &Worker{jobs: t.Context()}
+	for _, ev := range []*wire.Event{{Type: wire.EventStarted}, {Type: wire.EventStdout, Text: "hi"}, {Type: wire.EventScriptDone, Success: true}} {
+		if err := p.publish(ev); err != nil {
+			t.Fatalf("publish %s: %v", ev.Type, err)
+		}
+	}
+	if err := w.storeEvents(p, slog.Default()); err != nil {
+		t.Fatalf("store: %v", err)
+	}
+	var got []string
+	for _, ev := range stored(t, stream) {
+		got = append(got, ev.Type)
+	}
+	if strings.Join(got, ",") != "started,stdout,script_done" {
+		t.Errorf("stored %v, want every event once, in order", got)
+	}
+}
+
+// TestAnEventTooLargeForTheServerIsCutAndSaysSo: no event is larger than the server
+// takes. A result that is becomes an output_limit error and a failed script_done; an
+// intermediate, a warning; a long log is cut short, saying so.
+func TestAnEventTooLargeForTheServerIsCutAndSaysSo(t *testing.T) {
+	p, stream := eventsStream(t, 0, 4096)
+	big := strings.Repeat("x", 10_000)
+	for _, ev := range []*wire.Event{
+		{Type: wire.EventIntermediate, Label: "table", Data: big},
+		{Type: wire.EventLog, Level: "info", Message: big},
+		{Type: wire.EventFinalResult, Data: big},
+		{Type: wire.EventScriptDone, Success: true, FinalData: big},
+	} {
+		if err := p.publish(ev); err != nil {
+			t.Fatalf("publish %s: %v", ev.Type, err)
+		}
+	}
+	w := &Worker{jobs: t.Context()}
+	if err := w.storeEvents(p, slog.Default()); err != nil {
+		t.Fatalf("store: %v", err)
+	}
+	evs := stored(t, stream)
+	if len(evs) != 4 {
+		t.Fatalf("stored %d events, want 4", len(evs))
+	}
+	if ev := evs[0]; ev.Type != wire.EventLog || !strings.Contains(ev.Message, `intermediate "table" not sent`) {
+		t.Errorf("intermediate became %+v", ev)
+	}
+	if ev := evs[1]; ev.Type != wire.EventLog || len(ev.Message) > 4096 || !strings.Contains(ev.Message, "[cut: ") {
+		t.Errorf("log became %s %d bytes", ev.Type, len(ev.Message))
+	}
+	if ev := evs[2]; ev.Type != wire.EventError || ev.Kind != wire.KindOutputLimit || !strings.Contains(ev.Error, "the result is") {
+		t.Errorf("result became %+v", ev)
+	}
+	if ev := evs[3]; ev.Type != wire.EventScriptDone || ev.Success || ev.FinalData != nil || ev.Error != evs[2].Error {
+		t.Errorf("script_done %+v, want a failure that says why", ev)
+	}
+}
