@@ -24,6 +24,7 @@ const (
 	DefaultResetTimeout   = 5 * time.Second
 	DefaultHealthInterval = 30 * time.Second
 	DefaultReapMinAge     = time.Minute
+	DefaultReapGrace      = 2 * time.Minute
 	DefaultMemoryBytes    = 512 << 20
 	DefaultNanoCPUs       = 1_000_000_000
 	DefaultPIDs           = 128
@@ -188,6 +189,12 @@ type Config struct {
 	// that is still starting (its liveness not yet recorded) keeps its containers;
 	// zero means DefaultReapMinAge.
 	ReapMinAge time.Duration
+	// ReapGrace is how long a worker must have been reported dead, in every check
+	// since the first, before its containers are removed: a worker cut off from NATS
+	// for a while (its liveness entry expired, its jobs still running) is not dead, and
+	// removing its containers would crash its jobs. Zero means DefaultReapGrace; a
+	// negative value removes them at the first check.
+	ReapGrace time.Duration
 	// Executor runs executions for Lease.Run; nil means a zero harness.Executor.
 	Executor *harness.Executor
 	// ResetTimeout bounds a reset on return; zero means DefaultResetTimeout.

@@ -51,6 +51,11 @@ type Pool struct {
 	all       map[string]*ctr // every live container by id
 	closed    bool
 
+	// deadSince is when the reaper first found each worker dead, in a run of checks
+	// that all found it so (see Config.ReapGrace). Only ReapOrphans uses it.
+	reapMu    sync.Mutex
+	deadSince map[string]time.Time
+
 	bg       context.Context // cancelled by Close: aborts spawns under way
 	stopBg   context.CancelFunc
 	wg       sync.WaitGroup // every goroutine the pool starts
@@ -96,6 +101,9 @@ func New(cfg Config) (*Pool, error) {
 	}
 	if cfg.ReapMinAge == 0 {
 		cfg.ReapMinAge = DefaultReapMinAge
+	}
+	if cfg.ReapGrace == 0 {
+		cfg.ReapGrace = DefaultReapGrace
 	}
 	tp := cfg.TracerProvider
 	if tp == nil {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -333,6 +334,52 @@ func TestSecretsAndTranslatedMounts(t *testing.T) {
 	}
 }
 
+// TestAWorkerMustStayDeadForTheGraceBeforeItsContainersGo: a worker whose liveness
+// lapsed and came back (cut off from NATS for a while) keeps its containers; one
+// found dead in every check for the grace loses them.
+func TestAWorkerMustStayDeadForTheGraceBeforeItsContainersGo(t *testing.T) {
+	id := fmt.Sprintf("cutoff-%d", time.Now().UnixNano())
+	created, err := docker(t).ContainerCreate(context.Background(), client.ContainerCreateOptions{
+		Config: &container.Config{Image: testImage(t), Labels: map[string]string{
+			sandboxpool.LabelManaged: "true", sandboxpool.LabelWorker: id, sandboxpool.LabelSandbox: "o"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		docker(t).ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
+	})
+	var alive atomic.Bool
+	p := newPool(t, sandboxpool.Config{
+		ReapMinAge:  time.Nanosecond,
+		ReapGrace:   500 * time.Millisecond,
+		WorkerAlive: func(_ context.Context, w string) (bool, error) { return w != id || alive.Load(), nil },
+	})
+	reap := func() int {
+		t.Helper()
+		n, err := p.ReapOrphans(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Found dead (Start's check and this one are the first of a run), then alive
+	// again, then dead: each time the grace starts over, so nothing goes.
+	if reap() != 0 {
+		t.Fatal("reaped at the first check that found the worker dead")
+	}
+	alive.Store(true)
+	reap()
+	alive.Store(false)
+	if reap() != 0 || len(testenv.ContainersOf(t, id)) != 1 {
+		t.Fatal("reaped a worker that had come back, at its first check dead since")
+	}
+	testenv.WaitFor(t, 30*time.Second, "the container of a worker dead for the grace to go", func() bool {
+		reap()
+		return len(testenv.ContainersOf(t, id)) == 0
+	})
+}
+
 func TestOrphansOfDeadWorkersAreReapedAndLiveWorkersAreNot(t *testing.T) {
 	// What a worker killed with SIGKILL leaves behind: a managed container of its id.
 	deadID := fmt.Sprintf("dead-%d", time.Now().UnixNano())
@@ -362,6 +409,7 @@ func TestOrphansOfDeadWorkersAreReapedAndLiveWorkersAreNot(t *testing.T) {
 	newPool(t, sandboxpool.Config{
 		Sandboxes:  []sandboxpool.Sandbox{sandbox(t, "o", 0, 1)},
 		ReapMinAge: time.Nanosecond,
+		ReapGrace:  -1,
 		WorkerAlive: func(_ context.Context, id string) (bool, error) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -9,14 +9,31 @@ import (
 )
 
 // ReapOrphans removes containers that carry the jazzmine.managed label but belong to
-// a worker that is gone: one that Config.WorkerAlive reports dead. Containers of this
-// pool's own worker id, of live workers, and younger than Config.ReapMinAge are never
-// touched. It returns how many it
-// removed.
+// a worker that is gone: one that Config.WorkerAlive has reported dead in every check
+// for at least Config.ReapGrace. Containers of this pool's own worker id, of live
+// workers, and younger than Config.ReapMinAge are never touched. It returns how many
+// it removed.
 func (p *Pool) ReapOrphans(ctx context.Context) (int, error) {
 	if p.cfg.WorkerAlive == nil {
 		return 0, nil
 	}
+	p.reapMu.Lock() // one reaping at a time: deadSince is a run of checks
+	defer p.reapMu.Unlock()
+	if p.deadSince == nil {
+		p.deadSince = map[string]time.Time{}
+	}
+	now := time.Now()
+	dead := map[string]bool{} // found dead in this check
+	complete := false
+	defer func() {
+		// A worker found alive, or none of whose containers is left, starts over; so
+		// does every one after a check that could not finish: no doubt reaps.
+		for w := range p.deadSince {
+			if !complete || !dead[w] {
+				delete(p.deadSince, w)
+			}
+		}
+	}()
 	list, err := p.cfg.Docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("label", LabelManaged+"=true")})
 	if err != nil {
 		return 0, fmt.Errorf("list managed containers: %w", err)
@@ -35,8 +52,14 @@ func (p *Pool) ReapOrphans(ctx context.Context) (int, error) {
 				return removed, fmt.Errorf("ask whether worker %q is alive: %w", worker, err)
 			}
 			verdict[worker] = alive
+			if !alive {
+				dead[worker] = true
+				if _, ok := p.deadSince[worker]; !ok {
+					p.deadSince[worker] = now
+				}
+			}
 		}
-		if alive {
+		if alive || now.Sub(p.deadSince[worker]) < p.cfg.ReapGrace {
 			continue
 		}
 		if _, err := p.cfg.Docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !isNotFound(err) {
@@ -45,6 +68,7 @@ func (p *Pool) ReapOrphans(ctx context.Context) (int, error) {
 		removed++
 		p.log.Info("removed an orphaned container", "container", c.ID[:min(12, len(c.ID))], "worker", worker, "sandbox", c.Labels[LabelSandbox])
 	}
+	complete = true
 	return removed, nil
 }
 

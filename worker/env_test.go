@@ -30,16 +30,28 @@ func startWorker(t testing.TB, nc *nats.Conn, poolSize, overflow int, tweak func
 // startWorkerWith is startWorker with the containers' MaxUses (0: the default).
 func startWorkerWith(t testing.TB, nc *nats.Conn, poolSize, overflow, maxUses int, tweak func(*worker.Config)) *worker.Worker {
 	t.Helper()
+	w, _ := startWorkerPool(t, nc, sandboxpool.Sandbox{PoolSize: poolSize, MaxOverflow: overflow, MaxUses: maxUses}, nil, tweak)
+	return w
+}
+
+// startWorkerPool is startWorkerWith with the sandbox's pool settings in sb (its name
+// and image are filled in) and a tweak of the pool's config too; it returns the pool.
+func startWorkerPool(t testing.TB, nc *nats.Conn, sb sandboxpool.Sandbox, poolTweak func(*sandboxpool.Config), tweak func(*worker.Config)) (*worker.Worker, *sandboxpool.Pool) {
+	t.Helper()
 	img := testenv.SandboxImage(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := fmt.Sprintf("test-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
-	sb := sandboxpool.Sandbox{Name: "default", Image: img.Tag, Checksum: img.Checksum, PoolSize: poolSize, MaxOverflow: overflow, MaxUses: maxUses}
-	pool, err := sandboxpool.New(sandboxpool.Config{
+	sb.Name, sb.Image, sb.Checksum = "default", img.Tag, img.Checksum
+	pcfg := sandboxpool.Config{
 		Docker: testenv.Docker(t), WorkerID: id, Sandboxes: []sandboxpool.Sandbox{sb}, WorkerAlive: worker.WorkerAlive(js),
-	})
+	}
+	if poolTweak != nil {
+		poolTweak(&pcfg)
+	}
+	pool, err := sandboxpool.New(pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +81,7 @@ func startWorkerWith(t testing.TB, nc *nats.Conn, poolSize, overflow, maxUses in
 	if err := pool.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return w
+	return w, pool
 }
 
 // agent publishes jobs and reads events the way any NATS client can.

@@ -5,9 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/sandboxpool"
+	"github.com/jazzmine/worker/wire"
 	"github.com/jazzmine/worker/worker"
 )
 
@@ -44,6 +47,60 @@ func TestTheReaperRemovesOnlyContainersOfDeadWorkersOfItsOwnFleet(t *testing.T) 
 		}
 		if got != tc.want {
 			t.Errorf("%s: WorkerAlive(%s) = %v, want %v", tc.name, tc.id, got, tc.want)
+		}
+	}
+}
+
+// TestAWorkerCutOffFromNATSKeepsItsContainersAndFinishesItsJob cuts a worker off from
+// NATS for 20 s while it runs a job. Its liveness entry expires and a peer on the same
+// Docker host takes it for dead, but not for long enough to remove its containers: the
+// job finishes in its first attempt and its events arrive once the worker is back.
+func TestAWorkerCutOffFromNATSKeepsItsContainersAndFinishesItsJob(t *testing.T) {
+	srv, nc := testenv.NATS(t)
+	link := testenv.NewLink(t, srv.Addr().String())
+	cut, err := nats.Connect("nats://"+link.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cut.Close)
+	fast := func(c *worker.Config) { c.LivenessTTL, c.ReapInterval = 2*time.Second, 200*time.Millisecond }
+	_, pool := startWorkerPool(t, cut, sandboxpool.Sandbox{PoolSize: 1}, nil, fast)
+	a := newAgent(t, nc)
+	id := newID("cutoff")
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: id, Sandbox: "default", TimeoutSec: 60,
+		Script: "import time\ntime.sleep(25)\nemit_result('done')"})
+	testenv.WaitFor(t, time.Minute, "the job to start on the worker to be cut off", func() bool { return find(a.allEvents(id), wire.EventStarted) != nil })
+	// The peer: its reaper runs often and counts a worker dead at once; only the grace
+	// (the default) stands between it and the cut-off worker's containers.
+	startWorkerPool(t, nc, sandboxpool.Sandbox{PoolSize: 1}, func(c *sandboxpool.Config) { c.ReapMinAge = time.Millisecond }, fast)
+
+	link.Cut()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive := worker.WorkerAlive(js)
+	testenv.WaitFor(t, 30*time.Second, "the cut-off worker to be taken for dead", func() bool {
+		ok, err := alive(context.Background(), pool.WorkerID())
+		return err == nil && !ok
+	})
+	time.Sleep(15 * time.Second) // the rest of a 20 s partition, dozens of the peer's reaps
+	if n := len(testenv.ContainersOf(t, pool.WorkerID())); n == 0 {
+		t.Fatal("a peer removed the containers of a worker that was only cut off")
+	}
+	link.Restore()
+
+	evs := a.events(id, time.Minute)
+	if done := last(evs); !done.Success || done.FinalData != "done" {
+		t.Errorf("the job: %s", describe(evs))
+	}
+	all := a.allEvents(id)
+	if n := count(all, wire.EventScriptDone); n != 1 {
+		t.Errorf("%d script_done events: %s", n, describe(all))
+	}
+	for _, ev := range all {
+		if ev.Attempt != 1 {
+			t.Errorf("a %s event of attempt %d: the job ran again", ev.Type, ev.Attempt)
 		}
 	}
 }

@@ -89,6 +89,7 @@ func writeConfigWith(t testing.TB, extra, pool string) string {
   liveness_ttl: 2s
   reap_interval: 1s
   reap_min_age: 1ms
+  reap_grace: 1ms
   shutdown_grace: 5s
 %ssandboxes:
   default:

@@ -28,6 +28,7 @@ import (
 //	  liveness_ttl: 15s         # a worker silent this long counts as dead
 //	  reap_interval: 30s        # how often dead workers' containers are looked for
 //	  reap_min_age: 1m          # containers younger than this are never reaped
+//	  reap_grace: 2m            # a worker must seem dead this long before its containers are
 //	  max_ack_pending: {}       # per sandbox: the fleet's jobs in flight (default: its slots)
 type Settings struct {
 	Replicas        int            `yaml:"replicas"`
@@ -44,6 +45,7 @@ type Settings struct {
 	LivenessTTL     time.Duration  `yaml:"liveness_ttl"`
 	ReapInterval    time.Duration  `yaml:"reap_interval"`
 	ReapMinAge      time.Duration  `yaml:"reap_min_age"`
+	ReapGrace       time.Duration  `yaml:"reap_grace"`
 	MaxAckPending   map[string]int `yaml:"max_ack_pending"`
 }
 

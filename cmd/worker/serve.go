@@ -135,6 +135,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		HostPathMap: cfg.HostPathMap,
 		WorkerAlive: worker.WorkerAlive(js),
 		ReapMinAge:  settings.ReapMinAge,
+		ReapGrace:   settings.ReapGrace,
 		Logger:      log,
 	}
 	wcfg := worker.Config{NATS: nc, WorkerID: id, Logger: log}

@@ -394,6 +394,7 @@ func writeWorkerConfig(t *testing.T) string {
   liveness_ttl: 6s
   reap_interval: 1s
   reap_min_age: 1ms
+  reap_grace: 1ms
   shutdown_grace: 10s
   max_ack_pending: {default: 8}
 sandboxes:
