@@ -439,19 +439,7 @@ func TestWhatAScriptCannotUndoRetiresTheHarness(t *testing.T) {
 			if err != nil || !res.Success {
 				t.Fatalf("the script's own run: %v %q %s", err, res.Error, res.Traceback)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := h.Conn.AwaitReset(ctx); !errors.Is(err, ErrClosed) {
-				t.Fatalf("after the script: %v, want the stream to end without reset_done", err)
-			}
-			select {
-			case <-h.waited:
-			case <-ctx.Done():
-				t.Fatal("the harness did not exit")
-			}
-			if code := h.cmd.ProcessState.ExitCode(); code != 3 {
-				t.Errorf("harness exit code %d, want 3", code)
-			}
+			h.mustRetire(t)
 		})
 	}
 }
@@ -467,10 +455,17 @@ func TestAKilledZygoteRetiresTheHarness(t *testing.T) {
 	if err != nil || !res.Success {
 		t.Fatalf("result: %v %q (%s), want the script's own success", err, res.Error, res.ErrorKind)
 	}
+	h.mustRetire(t)
+}
+
+// mustRetire checks that the harness ended the execution without a reset_done and
+// exited with code 3: the container is not to be used again.
+func (h *localHarness) mustRetire(t *testing.T) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.Conn.AwaitReset(ctx); err == nil || !errors.Is(err, ErrClosed) {
-		t.Fatalf("after the zygote was killed: %v, want the stream to end without reset_done", err)
+	if err := h.Conn.AwaitReset(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after the script: %v, want the stream to end without reset_done", err)
 	}
 	select {
 	case <-h.waited:

@@ -181,6 +181,21 @@ func (a *agent) allEvents(id string) []*wire.Event {
 	}
 }
 
+// oneAttemptOneEnd checks that the stream holds exactly one script_done of the
+// execution, and no event of an attempt but the first: the job ran once.
+func (a *agent) oneAttemptOneEnd(id string) {
+	a.t.Helper()
+	all := a.allEvents(id)
+	if n := count(all, wire.EventScriptDone); n != 1 {
+		a.t.Errorf("%d script_done events: %s", n, describe(all))
+	}
+	for _, ev := range all {
+		if ev.Attempt != 1 {
+			a.t.Errorf("a %s event of attempt %d: the job ran again", ev.Type, ev.Attempt)
+		}
+	}
+}
+
 func last(evs []*wire.Event) *wire.Event { return evs[len(evs)-1] }
 
 func find(evs []*wire.Event, typ string) *wire.Event {

@@ -94,13 +94,5 @@ func TestAWorkerCutOffFromNATSKeepsItsContainersAndFinishesItsJob(t *testing.T) 
 	if done := last(evs); !done.Success || done.FinalData != "done" {
 		t.Errorf("the job: %s", describe(evs))
 	}
-	all := a.allEvents(id)
-	if n := count(all, wire.EventScriptDone); n != 1 {
-		t.Errorf("%d script_done events: %s", n, describe(all))
-	}
-	for _, ev := range all {
-		if ev.Attempt != 1 {
-			t.Errorf("a %s event of attempt %d: the job ran again", ev.Type, ev.Attempt)
-		}
-	}
+	a.oneAttemptOneEnd(id)
 }

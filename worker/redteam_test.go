@@ -124,11 +124,7 @@ if os.fork() == 0:
     os._exit(0)
 emit_result('planted')
 `,
-		judge: func(t *testing.T, evs []*wire.Event) {
-			if done := last(evs); !done.Success || done.FinalData != "planted" {
-				t.Errorf("the attacker's own job: %s", describe(evs))
-			}
-		},
+		judge: ownResult("planted"),
 		probe: func(string) string {
 			return "import os\nothers = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]\nemit_result(others == [] or others)"
 		},
@@ -275,11 +271,7 @@ os.chmod('/workspace/.local/lib', 0o111)
 os.chmod('/workspace', 0)
 emit_result('planted')
 `,
-		judge: func(t *testing.T, evs []*wire.Event) {
-			if done := last(evs); !done.Success || done.FinalData != "planted" {
-				t.Errorf("the attacker's own job: %s", describe(evs))
-			}
-		},
+		judge: ownResult("planted"),
 		// Later jobs (which list /workspace and /tmp) find them empty and usable; a
 		// Python they start runs nothing of the attacker's.
 		probe: func(string) string {
@@ -297,11 +289,7 @@ for d in ('/workspace', '/tmp'):
     os.setxattr(d, 'system.posix_acl_default', acl)
 emit_result('set')
 `,
-		judge: func(t *testing.T, evs []*wire.Event) {
-			if done := last(evs); !done.Success || done.FinalData != "set" {
-				t.Errorf("the attacker's own job: %s", describe(evs))
-			}
-		},
+		judge: ownResult("set"),
 		probe: func(string) string {
 			return "import os, tempfile\nopen('/workspace/mine', 'w').write('x')\nwith tempfile.NamedTemporaryFile() as f:\n    f.write(b'y')\nemit_result(open('/workspace/mine').read() == 'x' and os.listxattr('/workspace') == [] and os.listxattr('/tmp') == [] or [os.listxattr('/workspace'), os.listxattr('/tmp')])"
 		},
@@ -321,11 +309,7 @@ import ctypes
 ctypes.CDLL(None).syscall(251, 1, z, (3 << 13) | 7)  # ioprio_set(IOPRIO_WHO_PROCESS, zygote, idle), x86_64
 emit_result('lowered')
 `,
-		judge: func(t *testing.T, evs []*wire.Event) {
-			if done := last(evs); !done.Success || done.FinalData != "lowered" {
-				t.Errorf("the attacker's own job: %s", describe(evs))
-			}
-		},
+		judge:   ownResult("lowered"),
 		retires: true,
 		probe: func(string) string {
 			return "import os, resource\nx = bytearray(300 << 20)\nemit_result(resource.getrlimit(resource.RLIMIT_CPU)[1] == resource.RLIM_INFINITY and os.getpriority(os.PRIO_PROCESS, 0) == 0)"
@@ -455,6 +439,17 @@ func (rt *redTeam) victim(t *testing.T, name string, probe func(string) string, 
 		}
 	}
 	return started(evs)
+}
+
+// ownResult judges an attack whose own job must succeed with result want: what the
+// attacker may do to itself.
+func ownResult(want string) func(*testing.T, []*wire.Event) {
+	return func(t *testing.T, evs []*wire.Event) {
+		t.Helper()
+		if done := last(evs); !done.Success || done.FinalData != want {
+			t.Errorf("the attacker's own job: %s", describe(evs))
+		}
+	}
 }
 
 func started(evs []*wire.Event) string {

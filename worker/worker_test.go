@@ -186,15 +186,7 @@ func TestOutputIsBoundedAndNothingRunsTwiceForIt(t *testing.T) {
 			if done := last(evs); done.Success || e == nil || e.Kind != tc.kind || !strings.Contains(e.Error, tc.err) || !strings.Contains(done.Error, tc.err) {
 				t.Errorf("want a %s error saying %q: %s", tc.kind, tc.err, describe(evs))
 			}
-			all := a.allEvents(id)
-			if n := count(all, wire.EventScriptDone); n != 1 {
-				t.Errorf("%d script_done events: %s", n, describe(all))
-			}
-			for _, ev := range all {
-				if ev.Attempt != 1 {
-					t.Errorf("a %s event of attempt %d: the job ran again", ev.Type, ev.Attempt)
-				}
-			}
+			a.oneAttemptOneEnd(id)
 		})
 	}
 }
