@@ -50,7 +50,6 @@ func (w *Worker) subscribe() error {
 		{wire.CancelWildcard, groupCancel, w.coordinateCancel},
 		{subjectRunning + "*", "", w.answerRunning},
 		{wire.ExecWildcard, groupTriage, w.triage},
-		{"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + wire.StreamExec + ".*", groupTriage, w.maxDeliveries},
 	} {
 		var sub *nats.Subscription
 		var err error
@@ -74,7 +73,7 @@ func (w *Worker) coordinateCancel(m *nats.Msg) {
 		w.log.Warn("ignored a cancel", "subject", m.Subject, "err", err)
 		return
 	}
-	w.goBackground(func(ctx context.Context) {
+	w.goBackground(m, func(ctx context.Context) {
 		rev, err := w.cancels.Create(ctx, id, []byte(cancelPending))
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return // already being cancelled

@@ -86,8 +86,10 @@ type Config struct {
 	// Heartbeat is how often a running job tells the server it is in progress; zero
 	// means DefaultHeartbeat. It must be below AckWait.
 	Heartbeat time.Duration
-	// MaxDeliver is how many times a job is delivered before it is given up; zero
-	// means DefaultMaxDeliver.
+	// MaxDeliver is how many times a job may be delivered to run; the delivery after
+	// the last publishes the job's end (an infrastructure error) instead of running
+	// it, and the next ones try again until that end is stored. The consumer itself
+	// delivers without limit. Zero means DefaultMaxDeliver.
 	MaxDeliver int
 	// NakDelay is the delay before an infrastructure failure is retried; zero means
 	// DefaultNakDelay.

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -55,7 +54,7 @@ func (w *Worker) handle(sandbox string, msg jetstream.Msg) {
 	out, reason := w.process(ctx, sandbox, msg, attempt, last, log)
 	stopBeat()
 
-	act, delay := decide(out, last, w.cfg.NakDelay)
+	act, delay := decide(out, last, w.nakDelay(attempt))
 	span.SetAttributes(attribute.String("jazzmine.outcome", out.String()), attribute.String("jazzmine.action", act.String()))
 	if out == outInfrastructure || out == outInvalid || out == outUnstored {
 		span.SetStatus(codes.Error, reason)
@@ -149,6 +148,9 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 	p := w.newPublisher(job.ExecutionID, attempt, ct, job.Metadata)
 	p.traceFrom(ctx, w.tel.prop)
 	sbAttr := metric.WithAttributes(attribute.String("sandbox", sandbox))
+	if out, reason, ok := w.endedBefore(p, attempt, log); ok {
+		return out, reason // ended by an earlier attempt, or delivered past the last (ended.go)
+	}
 
 	if handled, err := w.cancelledWhileQueued(ctx, job.ExecutionID, ex); err != nil {
 		log.Warn("look up cancels", "execution_id", job.ExecutionID, "err", err)
@@ -175,7 +177,7 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 		if last {
 			if perr := p.terminal(wire.KindInfrastructure, fmt.Sprintf("gave up after %d deliveries: %s", attempt, msg)); perr != nil {
 				log.Warn("publish terminal event", "execution_id", job.ExecutionID, "err", perr)
-				return outUnstored, truncateReason(msg) // not terminated: the max-deliveries advisory ends it
+				return outUnstored, truncateReason(msg) // not terminated: the delivery after the last ends it (ended.go)
 			}
 		}
 		return outInfrastructure, truncateReason(msg)
@@ -208,8 +210,8 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 		if !ok {
 			return nil
 		}
-		if ev.Type == wire.EventError && hev.Kind == harness.KindCancelled && errors.Is(context.Cause(ctx), errShuttingDown) {
-			ev.Error = "Execution cancelled: the worker is shutting down"
+		if ev.Type == wire.EventError && hev.Kind == harness.KindCancelled && handedOver(ctx) {
+			return nil // not cancelled: the job goes back to the queue (ended.go)
 		}
 		return p.publish(ev)
 	})
@@ -223,6 +225,9 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 		w.tel.outputBytes.Record(ctx, res.OutputBytes, sbAttr)
 	}
 	espan.End()
+	if w.handOver(ctx, job.ExecutionID, res, err, log) {
+		return outHandedOver, ""
+	}
 	_, pspan := w.tel.tracer.Start(ctx, "publish events")
 	if err == nil {
 		err = p.publish(scriptDone(res))
@@ -246,12 +251,13 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 	return outRan, ""
 }
 
-// endCancelled publishes the end of a job cancelled before it got a container.
+// endCancelled publishes the end of a job cancelled before it got a container; one
+// that the worker's shutdown stopped goes back to the queue instead.
 func (w *Worker) endCancelled(ctx context.Context, p *publisher, log *slog.Logger) (outcome, string) {
-	msg := "Execution cancelled"
-	if errors.Is(context.Cause(ctx), errShuttingDown) {
-		msg = "Execution cancelled: the worker is shutting down"
+	if handedOver(ctx) {
+		return outHandedOver, ""
 	}
+	msg := "Execution cancelled"
 	if err := p.terminal(wire.KindCancelled, msg); err != nil {
 		log.Warn("publish cancel events", "execution_id", p.id, "err", err)
 		return outUnstored, "cancel events not published"

@@ -22,7 +22,11 @@ func TestDecideMapsEachOutcomeToOneAction(t *testing.T) {
 		{"an infrastructure failure on the last delivery is given up", outInfrastructure, true, actTerm, 0},
 		{"a redelivery of a job still running here is left to the running one", outDuplicate, false, actNone, 0},
 		{"a job whose events were not stored is retried after a delay", outUnstored, false, actNak, delay},
-		{"a job whose events were not stored on its last delivery is nakked for the max-deliveries advisory, never terminated", outUnstored, true, actNak, 0},
+		{"a job whose events were not stored on its last delivery is retried too, never terminated", outUnstored, true, actNak, delay},
+		{"a redelivered job that an earlier attempt ended is acked", outEnded, false, actAck, 0},
+		{"a job delivered past its last delivery, its end published, is terminated", outGaveUp, true, actTerm, 0},
+		{"a job cut by the worker's shutdown goes back to the queue at once", outHandedOver, false, actNak, 0},
+		{"a job cut by the worker's shutdown on its last delivery goes back to the queue too", outHandedOver, true, actNak, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

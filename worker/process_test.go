@@ -153,7 +153,9 @@ func TestAJobSurvivesItsWorkerBeingKilled(t *testing.T) {
 }
 
 // TestAJobOutOfDeliveriesStillEnds: with one delivery allowed, a job whose worker is
-// killed is given up, and still ends with a terminal event.
+// killed is given up, and still ends with a terminal event, although no other worker
+// ran when its delivery ran out: the next worker to start gets it again and ends it
+// without running it.
 func TestAJobOutOfDeliveriesStillEnds(t *testing.T) {
 	testenv.SandboxImage(t)
 	srv, nc := testenv.NATS(t)
@@ -167,15 +169,17 @@ func TestAJobOutOfDeliveriesStillEnds(t *testing.T) {
 	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: id, Sandbox: "default", TimeoutSec: 60,
 		Script: "print('running', flush=True)\nimport time\ntime.sleep(30)"})
 	testenv.WaitFor(t, time.Minute, "the job to start", func() bool { return find(a.allEvents(id), wire.EventStdout) != nil })
-	startProcess(t, config, srv.ClientURL(), otherID) // the survivor answers the advisory
-	testenv.WaitFor(t, 2*time.Minute, "the other worker to serve", func() bool { return len(testenv.ContainersOf(t, otherID)) > 0 })
 	_ = victim.cmd.Process.Kill()
 	_ = victim.cmd.Wait()
+	startProcess(t, config, srv.ClientURL(), otherID)
 
-	evs := a.events(id, time.Minute)
+	evs := a.events(id, 2*time.Minute)
 	e := find(evs, wire.EventError)
-	if e == nil || e.Kind != wire.KindInfrastructure || last(evs).Success {
-		t.Errorf("events: %s, want an infrastructure error and a failed script_done", describe(evs))
+	if e == nil || e.Kind != wire.KindInfrastructure || last(evs).Success || last(evs).WorkerID != otherID {
+		t.Errorf("events: %s, want an infrastructure error and a failed script_done from the other worker", describe(evs))
+	}
+	if all := a.allEvents(id); count(all, wire.EventStarted) != 1 || count(all, wire.EventScriptDone) != 1 {
+		t.Errorf("events: %s, want the one run and the one end", describe(all))
 	}
 	js := a.js
 	stream, err := js.Stream(t.Context(), wire.StreamExec)
@@ -188,8 +192,11 @@ func TestAJobOutOfDeliveriesStillEnds(t *testing.T) {
 	})
 }
 
-// TestSIGTERMFinishesShortJobsCancelsLongOnesAndRemovesContainers.
-func TestSIGTERMLetsJobsFinishThenCancelsThemAndRemovesContainers(t *testing.T) {
+// TestSIGTERMLetsJobsFinishThenHandsTheRestToAnotherWorker: after SIGTERM a short job
+// finishes within the grace period; a long one is stopped at its end and goes back to
+// the queue without a script_done, and another worker runs it to its one end. The
+// worker removes its containers.
+func TestSIGTERMLetsJobsFinishThenHandsTheRestToAnotherWorker(t *testing.T) {
 	testenv.SandboxImage(t)
 	srv, nc := testenv.NATS(t)
 	config := writeConfig(t, "") // shutdown_grace: 5s, two slots
@@ -199,7 +206,7 @@ func TestSIGTERMLetsJobsFinishThenCancelsThemAndRemovesContainers(t *testing.T) 
 	testenv.WaitFor(t, 2*time.Minute, "the worker to serve", func() bool { return len(testenv.ContainersOf(t, id)) > 0 })
 	short, long := newID("short"), newID("long")
 	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: short, Sandbox: "default", Script: "print('go', flush=True)\nimport time\ntime.sleep(1)\nemit_result('made it')"})
-	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: long, Sandbox: "default", TimeoutSec: 120, Script: "print('go', flush=True)\nimport time\ntime.sleep(60)"})
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: long, Sandbox: "default", TimeoutSec: 120, Script: "print('go', flush=True)\nimport time\ntime.sleep(8)\nemit_result('outlived the grace')"})
 	testenv.WaitFor(t, time.Minute, "both jobs to start", func() bool {
 		return find(a.allEvents(short), wire.EventStdout) != nil && find(a.allEvents(long), wire.EventStdout) != nil
 	})
@@ -209,12 +216,24 @@ func TestSIGTERMLetsJobsFinishThenCancelsThemAndRemovesContainers(t *testing.T) 
 	if done := last(a.events(short, time.Minute)); !done.Success {
 		t.Errorf("the short job did not finish within the grace period: %+v", done)
 	}
-	evs := a.events(long, time.Minute)
-	if e := find(evs, wire.EventError); e == nil || e.Kind != wire.KindCancelled {
-		t.Errorf("the long job: %s, want cancelled at the end of the grace period", describe(evs))
-	}
 	if err := p.cmd.Wait(); err != nil {
 		t.Errorf("worker exit: %v", err)
+	}
+	if evs := a.allEvents(long); count(evs, wire.EventScriptDone) != 0 || find(evs, wire.EventError) != nil {
+		t.Errorf("the long job after the worker stopped: %s, want its first attempt left without an end", describe(evs))
+	}
+	if n := jobsQueued(t, a.js); n != 1 {
+		t.Errorf("%d jobs in the stream after the worker stopped, want the long one back in the queue", n)
+	}
+
+	other := fmt.Sprintf("term-other-%d", time.Now().UnixNano()%1_000_000)
+	startProcess(t, config, srv.ClientURL(), other)
+	if done := last(a.events(long, 2*time.Minute)); !done.Success || done.Attempt != 2 || done.WorkerID != other {
+		t.Errorf("the long job's end: attempt %d on %s, success %v; want attempt 2 on %s, a success", done.Attempt, done.WorkerID, done.Success, other)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the long job to leave the stream", func() bool { return jobsQueued(t, a.js) == 0 })
+	if evs := a.allEvents(long); count(evs, wire.EventScriptDone) != 1 {
+		t.Errorf("the long job: %s, want one script_done", describe(evs))
 	}
 	if left := testenv.ContainersOf(t, id); len(left) != 0 {
 		t.Errorf("containers left after SIGTERM: %v", left)

@@ -30,7 +30,7 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create or update stream %s: %w", wire.StreamExec, err)
 	}
-	_, err = w.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	w.eventsStream, err = w.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        wire.StreamEvents,
 		Description: "jazzmine execution events, one subject per execution and type",
 		Subjects:    []string{wire.AllEventsWildcard},
@@ -68,7 +68,9 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 			FilterSubject: wire.ExecSubject(sb.Name),
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       c.AckWait,
-			MaxDeliver:    c.MaxDeliver,
+			// Unlimited: the worker counts the deliveries, and the one after the
+			// last publishes the job's end instead of running it (ended.go).
+			MaxDeliver:    -1,
 			MaxAckPending: sb.MaxAckPending,
 			Replicas:      c.Replicas,
 		})

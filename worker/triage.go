@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -26,7 +25,7 @@ func (w *Worker) triage(m *nats.Msg) {
 	if _, ok := w.consumers[sandbox]; ok {
 		return // ours: the common case costs a map lookup
 	}
-	w.goBackground(func(ctx context.Context) {
+	w.goBackground(m, func(ctx context.Context) {
 		if exists, err := w.consumerExists(ctx, sandbox); err != nil || exists {
 			return
 		}
@@ -74,47 +73,6 @@ func (w *Worker) sandboxNames() []string {
 	}
 	slices.Sort(names)
 	return names
-}
-
-// maxDeliveries answers the server's advisory for a job delivered MaxDeliver times
-// without an ack, the last worker to take it having died: it publishes the job's
-// terminal events and deletes it from the stream.
-func (w *Worker) maxDeliveries(m *nats.Msg) {
-	var adv struct {
-		Stream     string `json:"stream"`
-		Consumer   string `json:"consumer"`
-		StreamSeq  uint64 `json:"stream_seq"`
-		Deliveries int    `json:"deliveries"`
-	}
-	if err := json.Unmarshal(m.Data, &adv); err != nil || adv.Stream != wire.StreamExec {
-		return
-	}
-	w.goBackground(func(ctx context.Context) {
-		stream, err := w.js.Stream(ctx, wire.StreamExec)
-		if err != nil {
-			w.log.Warn("max deliveries: open the jobs stream", "err", err)
-			return
-		}
-		raw, err := stream.GetMsg(ctx, adv.StreamSeq)
-		if err != nil {
-			return // acked or removed meanwhile
-		}
-		id, ct, meta := identify(raw.Header, raw.Data)
-		if id != "" {
-			// Under the next attempt number: the events of the last delivery took the
-			// message ids of its own number, and the stream would drop these as duplicates.
-			p := w.newPublisher(id, adv.Deliveries+1, ct, meta)
-			msg := fmt.Sprintf("gave up after %d deliveries: the workers that took the job stopped before finishing it", adv.Deliveries)
-			if err := p.terminal(wire.KindInfrastructure, msg); err != nil {
-				w.log.Warn("publish the end of a job out of deliveries", "execution_id", id, "err", err)
-				return
-			}
-		}
-		if err := stream.DeleteMsg(ctx, adv.StreamSeq); err != nil {
-			w.log.Warn("delete a job out of deliveries", "seq", adv.StreamSeq, "err", err)
-		}
-		w.log.Warn("gave up a job out of deliveries", "execution_id", id, "deliveries", adv.Deliveries)
-	})
 }
 
 // identify reads what a job message says about itself for an error event: a usable

@@ -25,15 +25,21 @@ type Worker struct {
 	js  jetstream.JetStream
 	tel *telemetry
 
-	consumers map[string]jetstream.Consumer // by sandbox, set by Start
-	workers   jetstream.KeyValue            // BucketWorkers
-	cancels   jetstream.KeyValue            // BucketCancels
-	fleet     jetstream.KeyValue            // BucketFleet
+	consumers    map[string]jetstream.Consumer // by sandbox, set by Start
+	eventsStream jetstream.Stream              // StreamEvents, set by Start
+	workers      jetstream.KeyValue            // BucketWorkers
+	cancels      jetstream.KeyValue            // BucketCancels
+	fleet        jetstream.KeyValue            // BucketFleet
 
-	mu       sync.Mutex // guards running, stopped and bgClosed
-	running  map[string]*execution
-	stopped  bool
-	bgClosed bool // no more background work may start
+	mu        sync.Mutex // guards running, stopped and the bg fields but the channels
+	running   map[string]*execution
+	stopped   bool
+	bgClosed  bool                       // no more background work may start
+	bgFull    bool                       // a message waits for a background slot; logged once
+	bgDropped map[*nats.Subscription]int // messages the client dropped, as last logged
+
+	bgSlots chan struct{} // a token per background task running (background.go)
+	bgStop  chan struct{} // closed with bgClosed
 
 	pulling     context.Context // ends when the worker stops taking jobs
 	stopPulling context.CancelFunc
@@ -79,6 +85,9 @@ func New(cfg Config) (*Worker, error) {
 		js:        js,
 		consumers: map[string]jetstream.Consumer{},
 		running:   map[string]*execution{},
+		bgDropped: map[*nats.Subscription]int{},
+		bgSlots:   make(chan struct{}, backgroundLimit),
+		bgStop:    make(chan struct{}),
 	}
 	w.pulling, w.stopPulling = context.WithCancel(context.Background())
 	w.jobs, w.stopJobs = context.WithCancel(context.Background())
@@ -148,9 +157,11 @@ func (w *Worker) pull(sandbox string, cons jetstream.Consumer) {
 }
 
 // Shutdown stops taking jobs, lets running ones finish for the grace period, then
-// cancels them and waits (until ctx ends) for their events to be published and their
-// acks sent. It stops the worker's subscriptions and withdraws its liveness key. It
-// does not close the pool or the NATS connection. It is safe to call more than once.
+// stops them and waits (until ctx ends) for the events of those that finished to be
+// published and their acks sent; a job it stopped goes back to the queue (nak) for
+// another worker, with no script_done of this attempt. It stops the worker's
+// subscriptions and background work and withdraws its liveness key. It does not
+// close the pool or the NATS connection. It is safe to call more than once.
 func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	w.mu.Lock()
 	w.stopped = true
@@ -163,7 +174,7 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	select {
 	case <-finished:
 	case <-timer.C:
-		w.log.Warn("grace period over: cancelling running jobs", "grace", grace)
+		w.log.Warn("grace period over: handing running jobs back to the queue", "grace", grace)
 		w.cancelRunning(errShuttingDown)
 		w.stopJobs()
 	case <-ctx.Done():
@@ -179,7 +190,10 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	w.stopJobs()
 	w.unsubscribe()
 	w.mu.Lock()
-	w.bgClosed = true
+	if !w.bgClosed {
+		w.bgClosed = true
+		close(w.bgStop)
+	}
 	w.mu.Unlock()
 	w.background.Wait()
 	if w.tel.reg != nil {
@@ -191,23 +205,6 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 		cancel()
 	}
 	return err
-}
-
-// goBackground runs f on its own goroutine with a bounded context, unless the worker
-// is shutting down. Shutdown waits for it.
-func (w *Worker) goBackground(f func(ctx context.Context)) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.bgClosed {
-		return
-	}
-	w.background.Add(1)
-	go func() {
-		defer w.background.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		f(ctx)
-	}()
 }
 
 func (w *Worker) cancelRunning(cause error) {

@@ -45,10 +45,11 @@ const (
 // 1,000 jobs from eight concurrent agents. While the jobs run it kills one worker with
 // SIGKILL, then, with SIGKILL too and for good, the NATS server that leads both
 // streams and the jobs consumer (the harshest loss of one node: no leadership handed
-// over, three elections). Every job must end with its own result; the test reports
-// how many ran more than once (started in more than one attempt). The dead worker's
-// containers must be reaped by the survivor, and a container of a worker of another
-// fleet on the same Docker host must be left alone.
+// over, three elections). Every job must end with its own result and exactly one
+// script_done in the events stream, and none may run again after an attempt ended it;
+// the test reports how many ran more than once (started in more than one attempt:
+// cut by the kill). The dead worker's containers must be reaped by the survivor, and
+// a container of a worker of another fleet on the same Docker host must be left alone.
 func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault test runs 1,000 jobs; -short skips it")
@@ -175,15 +176,17 @@ func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 		t.Errorf("jobs still queued or unacknowledged 2 minutes after the load: %s", backlog(js))
 	}
 	runs := readHistories(t, js)
-	var ranTwice, doneTwice, movedFromVictim int
+	var ranTwice, doneTwice, ranAfterEnd, lost, movedFromVictim int
 	for _, job := range jobs {
 		h := runs[job.ExecutionID]
 		if h == nil || len(h.done) == 0 {
+			lost++
 			t.Errorf("job %s has no script_done in the events stream; its events: %s", job.ExecutionID, h)
 			continue
 		}
 		res := load.results[job.ExecutionID]
 		if res == nil {
+			lost++
 			t.Errorf("job %s has a script_done, but its agent did not get it; its events: %s", job.ExecutionID, h)
 			continue
 		}
@@ -192,6 +195,11 @@ func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 		}
 		if len(h.done) > 1 {
 			doneTwice++
+			t.Errorf("job %s has %d script_done events; its events: %s", job.ExecutionID, len(h.done), h)
+		}
+		if ended := slices.Min(slices.Collect(maps.Keys(h.done))); len(h.started) > 0 && slices.Max(slices.Collect(maps.Keys(h.started))) > ended {
+			ranAfterEnd++
+			t.Errorf("job %s ran again after attempt %d had ended it; its events: %s", job.ExecutionID, ended, h)
 		}
 		if slices.Contains(slices.Collect(maps.Values(h.started)), victim.name) && res.WorkerID != victim.name && res.Attempt > 1 {
 			movedFromVictim++
@@ -211,9 +219,14 @@ func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 	t.Logf("jobs the killed worker was running, finished by the other: %d", movedFromVictim)
 	t.Logf("agents: %d submissions tried again, %d executions followed again, %d events consumers replaced by the client",
 		load.submitRetries.Load(), load.followRetries.Load(), load.consumerResumes.Load())
-	t.Logf("workers: %d times events were sent again to a stream that could not store them yet", strings.Count(workers[1].log.String(), "events not stored yet"))
-	t.Logf("SUMMARY fault test: %d jobs from %d agents, %d ended with their own result, %d failed or lost; %d ran more than once (%d with more than one script_done); load %v, whole test %v",
-		faultJobs, faultAgents, faultJobs-len(load.failures), len(load.failures), ranTwice, doneTwice, loadTook.Round(time.Millisecond), time.Since(began).Round(time.Second))
+	t.Logf("workers: %d times events were sent again to a stream that could not store them yet; %d redelivered jobs acked without running again, their script_done stored by an earlier attempt",
+		strings.Count(workers[1].log.String(), "events not stored yet"), strings.Count(workers[0].log.String()+workers[1].log.String(), "had ended already"))
+	t.Logf("SUMMARY fault test: %d jobs from %d agents, %d ended with their own result, %d failed, %d lost; %d with more than one script_done, %d ran again after their end; %d ran more than once (cut by the kill); load %v, whole test %v",
+		faultJobs, faultAgents, faultJobs-len(load.failures), len(load.failures), lost, doneTwice, ranAfterEnd, ranTwice, loadTook.Round(time.Millisecond), time.Since(began).Round(time.Second))
+	if len(load.failures) != 0 || lost != 0 || doneTwice != 0 || ranAfterEnd != 0 {
+		t.Errorf("every job must end once, with its own result: %d failed, %d lost, %d with more than one script_done, %d ran again after their end",
+			len(load.failures), lost, doneTwice, ranAfterEnd)
+	}
 }
 
 // faultJobList returns the jobs: a third of them sleep 20 to 59 ms, so that the kills

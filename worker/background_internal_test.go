@@ -1,0 +1,108 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+)
+
+func newBackgroundWorker() *Worker {
+	return &Worker{
+		log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		bgDropped: map[*nats.Subscription]int{},
+		bgSlots:   make(chan struct{}, backgroundLimit),
+		bgStop:    make(chan struct{}),
+	}
+}
+
+// closeBackground is what Shutdown does to background work.
+func (w *Worker) closeBackground() {
+	w.mu.Lock()
+	if !w.bgClosed {
+		w.bgClosed = true
+		close(w.bgStop)
+	}
+	w.mu.Unlock()
+	w.background.Wait()
+}
+
+func TestBackgroundWorkRunsAtMostItsLimitAtOnceAndDropsNothing(t *testing.T) {
+	w := newBackgroundWorker()
+	const tasks = 3 * backgroundLimit
+	var running, most, ran atomic.Int64
+	release := make(chan struct{})
+	handlerDone := make(chan struct{})
+	go func() { // one subscription's handler, one message after the other
+		defer close(handlerDone)
+		for range tasks {
+			w.goBackground(&nats.Msg{Subject: "jazzmine.cancel.x"}, func(context.Context) {
+				n := running.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				<-release
+				running.Add(-1)
+				ran.Add(1)
+			})
+		}
+	}()
+	// Nothing ends until the handler waits for a slot, or has started every task.
+	for held := false; !held; runtime.Gosched() {
+		w.mu.Lock()
+		full := w.bgFull
+		w.mu.Unlock()
+		select {
+		case <-handlerDone:
+			held = running.Load() == tasks
+		default:
+			held = full && running.Load() == backgroundLimit
+		}
+	}
+	close(release)
+	<-handlerDone
+	w.closeBackground()
+	if got := ran.Load(); got != tasks {
+		t.Errorf("%d of %d tasks ran", got, tasks)
+	}
+	if got := most.Load(); got > backgroundLimit {
+		t.Errorf("%d tasks ran at once, want at most %d", got, backgroundLimit)
+	}
+}
+
+func TestAHandlerWaitingForBackgroundWorkIsReleasedAtShutdown(t *testing.T) {
+	w := newBackgroundWorker()
+	hold := make(chan struct{})
+	var started sync.WaitGroup
+	for range backgroundLimit {
+		started.Add(1)
+		w.goBackground(&nats.Msg{Subject: "jazzmine.cancel.x"}, func(context.Context) { started.Done(); <-hold })
+	}
+	started.Wait()
+	var extraRan atomic.Bool
+	waiting := make(chan struct{})
+	go func() {
+		defer close(waiting)
+		w.goBackground(&nats.Msg{Subject: "jazzmine.cancel.y"}, func(context.Context) { extraRan.Store(true) })
+	}()
+	for full := false; !full; { // the handler waits for a slot
+		w.mu.Lock()
+		full = w.bgFull
+		w.mu.Unlock()
+		runtime.Gosched()
+	}
+	w.mu.Lock()
+	w.bgClosed = true
+	close(w.bgStop)
+	w.mu.Unlock()
+	<-waiting // returns although every slot is still held
+	close(hold)
+	w.background.Wait()
+	if extraRan.Load() {
+		t.Error("a task started after shutdown")
+	}
+}
