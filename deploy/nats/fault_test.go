@@ -650,7 +650,14 @@ func readHistories(t *testing.T, js jetstream.JetStream) map[string]*history {
 			}
 		}
 		if n == 0 {
-			t.Fatalf("read %d of the %d events: %v", read, total, batch.Error())
+			// A server of the cluster was killed: the stream may be between leaders
+			// (no responders) for a while. Ask again until the deadline.
+			select {
+			case <-ctx.Done():
+				t.Fatalf("read %d of the %d events: %v", read, total, batch.Error())
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
 		}
 		read += uint64(n)
 	}
