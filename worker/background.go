@@ -79,3 +79,15 @@ func (w *Worker) droppedLocked(sub *nats.Subscription) int {
 	w.bgDropped[sub] = n
 	return d
 }
+
+// closeBackground releases handlers waiting for a slot and waits for the background
+// work under way. It is safe to call more than once.
+func (w *Worker) closeBackground() {
+	w.mu.Lock()
+	if !w.bgClosed {
+		w.bgClosed = true
+		close(w.bgStop)
+	}
+	w.mu.Unlock()
+	w.background.Wait()
+}

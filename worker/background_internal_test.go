@@ -21,17 +21,6 @@ func newBackgroundWorker() *Worker {
 	}
 }
 
-// closeBackground is what Shutdown does to background work.
-func (w *Worker) closeBackground() {
-	w.mu.Lock()
-	if !w.bgClosed {
-		w.bgClosed = true
-		close(w.bgStop)
-	}
-	w.mu.Unlock()
-	w.background.Wait()
-}
-
 func TestBackgroundWorkRunsAtMostItsLimitAtOnceAndDropsNothing(t *testing.T) {
 	w := newBackgroundWorker()
 	const tasks = 3 * backgroundLimit

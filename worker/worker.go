@@ -189,13 +189,7 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	}
 	w.stopJobs()
 	w.unsubscribe()
-	w.mu.Lock()
-	if !w.bgClosed {
-		w.bgClosed = true
-		close(w.bgStop)
-	}
-	w.mu.Unlock()
-	w.background.Wait()
+	w.closeBackground()
 	if w.tel.reg != nil {
 		_ = w.tel.reg.Unregister()
 	}
