@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -77,6 +78,11 @@ func (p *publisher) publish(ev *wire.Event) error {
 	msg := &nats.Msg{Subject: wire.EventSubject(p.id, ev.Type), Data: data, Header: nats.Header{}}
 	msg.Header.Set(wire.HeaderMsgID, wire.EventMsgID(p.id, p.attempt, p.seq))
 	msg.Header.Set(wire.HeaderContentType, p.ct)
+	if ev.Type == wire.EventScriptDone {
+		// The stream itself keeps an execution to one end: it refuses a script_done on
+		// a subject that has one (see endExists).
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	}
 	for k, v := range p.trace {
 		msg.Header[k] = v
 	}
@@ -187,6 +193,9 @@ func (p *publisher) wait(ctx context.Context) error {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
+			if endExists(err) {
+				continue // this execution has its script_done: another attempt's, or this one sent again
+			}
 			p.err = fmt.Errorf("event of %s not stored: %w", p.id, err)
 			return p.err
 		case <-ctx.Done():
@@ -196,6 +205,15 @@ func (p *publisher) wait(ctx context.Context) error {
 	}
 	p.pending = p.pending[:0]
 	return nil
+}
+
+// endExists reports whether err is the stream refusing a script_done because the
+// execution has one already (the expected last sequence of its subject was 0). A
+// replicated stream answers 10164 where a single server answers 10071.
+func endExists(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // terminal publishes an error and the script_done that ends the attempt, and waits for

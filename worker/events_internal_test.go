@@ -130,3 +130,31 @@ func TestAnEventTooLargeForTheServerIsCutAndSaysSo(t *testing.T) {
 		t.Errorf("script_done %+v, want a failure that says why", ev)
 	}
 }
+
+// TestTheStreamKeepsAnExecutionToOneEnd: a second attempt's script_done, and this
+// attempt's sent again after its ack was lost, find one there already: the stream
+// keeps one, and neither publisher counts it a failure (which would run the job again).
+func TestTheStreamKeepsAnExecutionToOneEnd(t *testing.T) {
+	first, stream := eventsStream(t, 0, 1<<20)
+	second := &publisher{js: first.js, id: "x", attempt: 2, ct: wire.ContentTypeJSON, maxData: 1 << 20}
+	w := &Worker{jobs: t.Context()}
+	for _, p := range []*publisher{first, second} {
+		if err := p.publish(&wire.Event{Type: wire.EventScriptDone, Success: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.storeEvents(p, slog.Default()); err != nil {
+			t.Fatalf("attempt %d: %v", p.attempt, err)
+		}
+	}
+	first.seq-- // the same event again, as after a lost ack
+	if err := first.publish(&wire.Event{Type: wire.EventScriptDone, Success: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.storeEvents(first, slog.Default()); err != nil {
+		t.Fatalf("sent again: %v", err)
+	}
+	evs := stored(t, stream)
+	if len(evs) != 1 || evs[0].Attempt != 1 {
+		t.Errorf("stored %d script_done events (%+v), want the first attempt's alone", len(evs), evs)
+	}
+}
