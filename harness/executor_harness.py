@@ -6,18 +6,27 @@ Protocol (one JSON object a line):
   harness -> host on stdout: ready, intermediate, log, stdout, stderr, final_result,
                              error, script_done, reset_done, pong
 
+The script's author is the attacker (docs/SECURITY.md, the trust model): they have
+read this file and run code as our uid until the timeout.
+
 Three kinds of process:
   - the harness (this one): speaks the protocol and supervises; never runs a script and,
-    once started, never forks;
+    once started, never forks. In a container it is PID 1, not dumpable, with no signal
+    handler, and holds the protocol on descriptors of its own (see _protocol_fds), so no
+    script can signal it, trace it or reach the stream;
   - the zygote, forked once after the tools are loaded: it only forks children, so the
     memory every child inherits stays as the harness left it (see _zygote_main);
   - a child per execute, forked ahead of its request and warmed up, in its own session,
     so nothing a script does to modules, globals, threads, signal handlers or the working
     directory survives into the next execution.
 The harness is the only writer of the protocol stream: a child's events and output reach
-it through pipes and it stamps each with the execution id. After every execute it kills
-what the execution left, wipes the scratch directories, has the next child forked and
-warmed up, and says reset_done, unasked: the host lends the container again then.
+it through pipes and it stamps each with the execution id; script_done, reset_done and
+pong carry the nonce of the request they answer, which no child ever sees. After every
+execute it kills what the execution left, checks that nothing it cannot undo was changed
+(the zygote's limits, a tree too deep to wipe: see Retire), wipes the scratch
+directories, has the next child forked and warmed up, and says reset_done, unasked: the
+host lends the container again then. When the container must not serve again, the
+harness says no reset_done and exits with code 3.
 
 Standard library only; Python 3.11+.
 """
