@@ -36,8 +36,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: none)")
+	auth := addNATSAuthFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2, err: nil}
+	}
+	natsOpts, err := auth.options()
+	if err != nil {
+		return usageError("%v", err)
+	}
+	if getenv("NATS_URL") == "" && auth.set() {
+		return usageError("NATS credentials and TLS options (--creds, --nkey, --tls-*, NATS_CREDS, ...) need NATS_URL: the embedded server runs without them, on loopback")
 	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
@@ -107,7 +115,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	span.End()
 
-	nc, shutdownNATS, err := connectNATS(ctx, getenv("NATS_URL"), *listen, *storeDir, log)
+	nc, shutdownNATS, err := connectNATS(ctx, getenv("NATS_URL"), natsOpts, *listen, *storeDir, log)
 	if err != nil {
 		return err
 	}
@@ -234,8 +242,9 @@ func closePool(pool *sandboxpool.Pool, log *slog.Logger) {
 	}
 }
 
-// connectNATS connects to url, or, when it is empty, starts the embedded server.
-func connectNATS(ctx context.Context, url, listen, storeDir string, log *slog.Logger) (*nats.Conn, func(), error) {
+// connectNATS connects to url with the options auth (credentials, TLS), or, when url
+// is empty, starts the embedded server and connects to it without them.
+func connectNATS(ctx context.Context, url string, auth []nats.Option, listen, storeDir string, log *slog.Logger) (*nats.Conn, func(), error) {
 	opts := []nats.Option{
 		nats.Name("jazzmine-worker"),
 		nats.MaxReconnects(-1),
@@ -247,7 +256,7 @@ func connectNATS(ctx context.Context, url, listen, storeDir string, log *slog.Lo
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }),
 	}
 	if url != "" {
-		nc, err := nats.Connect(url, opts...)
+		nc, err := nats.Connect(url, append(opts, auth...)...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("connect to NATS at %s (NATS_URL): %w", url, err)
 		}

@@ -41,8 +41,13 @@ func submit(ctx context.Context, args []string, getenv func(string) string, stdi
 	var secrets, meta listFlag
 	fs.Var(&secrets, "secret", "a secret the script requires (repeatable)")
 	fs.Var(&meta, "meta", "metadata key=value echoed in every event (repeatable)")
+	auth := addNATSAuthFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2}
+	}
+	natsOpts, err := auth.options()
+	if err != nil {
+		return usageError("submit: %v", err)
 	}
 	script, err := readScript(*code, fs.Args(), stdin)
 	if err != nil {
@@ -72,7 +77,7 @@ func submit(ctx context.Context, args []string, getenv func(string) string, stdi
 	if url == "" {
 		url = "nats://" + worker.DefaultEmbeddedAddr
 	}
-	nc, err := nats.Connect(url, nats.Name("jazzmine-submit"))
+	nc, err := nats.Connect(url, append(natsOpts, nats.Name("jazzmine-submit"))...)
 	if err != nil {
 		return &exitError{code: 3, err: fmt.Errorf("connect to NATS at %s: %w (is `worker serve` running? NATS_URL picks another server)", url, err)}
 	}
