@@ -854,9 +854,10 @@ class Zygote:
 
     def fork(self, fds):
         """Has the zygote fork a child with fds (its request, event, stdout and stderr
-        pipe ends). Raises ZygoteLost if the zygote is gone, stopped or silent."""
-        if self.sock is None or _proc_state(self.pid) in (None, "T", "t", "Z", "X"):
-            raise ZygoteLost("the zygote is gone or stopped")
+        pipe ends). Raises ZygoteLost if the zygote is gone or does not answer within
+        FORK_WAIT (see check for a zygote a script stopped)."""
+        if self.sock is None:
+            raise ZygoteLost("the zygote is gone")
         deadline = time.monotonic() + FORK_WAIT
         try:
             socket.send_fds(self.sock, [b"F"], fds)
@@ -869,6 +870,12 @@ class Zygote:
                     return pid
         except OSError as e:
             raise ZygoteLost("the zygote is gone: %s" % e) from None
+
+    def check(self):
+        """Raises ZygoteLost if the zygote was stopped or killed: what a script of our
+        uid can do to it. Called after each execution, before anything waits on it."""
+        if _proc_state(self.pid) in (None, "T", "t", "Z", "X"):
+            raise ZygoteLost("the zygote was stopped or killed during the execution")
 
     def _recv(self, timeout):
         """One message; (None, 0, 0) on timeout. Raises OSError if the zygote is gone."""
@@ -1500,8 +1507,7 @@ class Harness:
     def _after_execution(self, child):
         self._kill_group(child.pid)
         child.close()
-        if _proc_state(self.zygote.pid) in (None, "T", "t", "Z", "X"):
-            raise ZygoteLost("the zygote was stopped or killed during the execution")
+        self.zygote.check()
         if not child.ended():
             child.status = self.zygote.wait(child.pid)
         self._reap()

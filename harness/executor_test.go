@@ -287,6 +287,30 @@ func TestHostileScriptsEndInAnErrorAndTheHarnessLives(t *testing.T) {
 	}
 }
 
+// TestAnAlarmDuringAnEventWriteWaitsForTheLine: the script's events go through the
+// child's own writer (reached from emit_log's closure, as a script can), each far
+// larger than the pipe, and the harness's own alarm fires every 2 ms (the script
+// arms it), so that it comes while a line is half written. Each line is finished
+// before the alarm's ScriptTimeout is raised: nothing malformed reaches the parent.
+func TestAnAlarmDuringAnEventWriteWaitsForTheLine(t *testing.T) {
+	h := startHarness(t, nil)
+	script := `import json, signal
+io_ = [c.cell_contents for c in emit_log.__closure__ if hasattr(c.cell_contents, 'send')][0]
+line = (json.dumps({"type": "_warm", "pad": "x" * (8 << 20)}) + "\n").encode()  # dropped by the parent
+signal.setitimer(signal.ITIMER_REAL, 0.001)
+io_.write(line)  # blocks on the pipe for far longer than a millisecond
+`
+	res, rec := h.exec(t, "alarm-mid-write", script, timeout(5*time.Second), maxOutput(64<<20))
+	if res.Error == "" {
+		t.Errorf("result: %+v, want the alarm to end the script", res)
+	}
+	for _, l := range res.Logs {
+		if strings.Contains(l.Message, "malformed") {
+			t.Errorf("half an event line reached the parent: %q (events %v)", l.Message, rec.types())
+		}
+	}
+}
+
 // eventFD is Python for the script's own event pipe, the one descriptor above 2 that
 // is a pipe: an attacker writes protocol lines there by hand.
 const eventFD = "[fd for fd in range(3, 256) if os.path.exists('/proc/self/fd/%d' % fd) and os.readlink('/proc/self/fd/%d' % fd).startswith('pipe:')][0]"

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -226,5 +227,29 @@ func TestExecutorCancelsWithoutConfirmation(t *testing.T) {
 	}
 	if res.ErrorKind != KindCancelled || res.Reusable {
 		t.Errorf("result: kind=%q reusable=%v, want cancelled, not reusable", res.ErrorKind, res.Reusable)
+	}
+}
+
+// TestAConnWithUnreadOutputIsNotQuiet: what the pool asks before it lends an idle
+// container. A line nobody asked for since the last answer, or a closed stream, and
+// the container is retired rather than lent.
+func TestAConnWithUnreadOutputIsNotQuiet(t *testing.T) {
+	f := newFake(t, 0)
+	if !f.conn.Quiet() {
+		t.Fatal("a fresh conn with nothing to read is not quiet")
+	}
+	f.say(`{"type":"pong","nonce":"unasked"}`)
+	deadline := time.Now().Add(10 * time.Second)
+	for f.conn.Quiet() && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	if f.conn.Quiet() {
+		t.Error("a conn with an unasked line waiting is quiet")
+	}
+	g := newFake(t, 0)
+	g.out.Close()
+	<-g.conn.Done()
+	if g.conn.Quiet() {
+		t.Error("a conn whose stream ended is quiet")
 	}
 }
