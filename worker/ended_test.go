@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/internal/testworker"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
 	"github.com/jazzmine/worker/worker"
@@ -272,40 +273,13 @@ func connectAs(t *testing.T, url, user string) *nats.Conn {
 // that need no container. logger nil means the default.
 func startBareWorker(t *testing.T, nc *nats.Conn, tweak func(*worker.Config), logger *slog.Logger) *worker.Worker {
 	t.Helper()
-	img := testenv.SandboxImage(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := newID("bare")
-	sb := sandboxpool.Sandbox{Name: "default", Image: img.Tag, Checksum: img.Checksum, PoolSize: 1}
-	pool, err := sandboxpool.New(sandboxpool.Config{Docker: testenv.Docker(t), WorkerID: id, Sandboxes: []sandboxpool.Sandbox{sb}, WorkerAlive: worker.WorkerAlive(js)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := worker.Config{NATS: nc, Pool: pool, WorkerID: id, Sandboxes: []worker.Sandbox{worker.WorkerSandbox(sb)}, Logger: logger}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	w, err := worker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := w.Shutdown(ctx, time.Second); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := pool.Close(ctx); err != nil {
-			t.Errorf("close pool: %v", err)
-		}
-	})
+	w, _ := testworker.Start(t, nc, testworker.Options{ID: newID("bare"), Sandbox: sandboxpool.Sandbox{PoolSize: 1}, NoPool: true,
+		Worker: func(c *worker.Config) {
+			c.Logger = logger
+			if tweak != nil {
+				tweak(c)
+			}
+		}})
 	return w
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/internal/testworker"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
 	"github.com/jazzmine/worker/worker"
@@ -38,50 +38,7 @@ func startWorkerWith(t testing.TB, nc *nats.Conn, poolSize, overflow, maxUses in
 // and image are filled in) and a tweak of the pool's config too; it returns the pool.
 func startWorkerPool(t testing.TB, nc *nats.Conn, sb sandboxpool.Sandbox, poolTweak func(*sandboxpool.Config), tweak func(*worker.Config)) (*worker.Worker, *sandboxpool.Pool) {
 	t.Helper()
-	img := testenv.SandboxImage(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := fmt.Sprintf("test-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
-	sb.Name, sb.Image, sb.Checksum = "default", img.Tag, img.Checksum
-	pcfg := sandboxpool.Config{
-		Docker: testenv.Docker(t), WorkerID: id, Sandboxes: []sandboxpool.Sandbox{sb}, WorkerAlive: worker.WorkerAlive(js),
-	}
-	if poolTweak != nil {
-		poolTweak(&pcfg)
-	}
-	pool, err := sandboxpool.New(pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := worker.Config{NATS: nc, Pool: pool, WorkerID: id, Sandboxes: []worker.Sandbox{worker.WorkerSandbox(sb)}}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	w, err := worker.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := w.Shutdown(ctx, 10*time.Second); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := pool.Close(ctx); err != nil {
-			t.Errorf("close pool: %v", err)
-		}
-	})
-	if err := pool.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return w, pool
+	return testworker.Start(t, nc, testworker.Options{Sandbox: sb, Pool: poolTweak, Worker: tweak})
 }
 
 // agent publishes jobs and reads events the way any NATS client can.

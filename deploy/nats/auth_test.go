@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/jazzmine/worker/client"
-	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/internal/testworker"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
 	"github.com/jazzmine/worker/worker"
@@ -243,40 +243,7 @@ func connectAs(t *testing.T, url string, seed []byte, onErr nats.ErrHandler) *na
 // of the test, and returns its id.
 func startAuthWorker(t *testing.T, nc *nats.Conn) string {
 	t.Helper()
-	img := testenv.SandboxImage(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	id := fmt.Sprintf("test-auth-%d", time.Now().UnixNano())
-	sb := sandboxpool.Sandbox{Name: "default", Image: img.Tag, Checksum: img.Checksum, PoolSize: 1}
-	pool, err := sandboxpool.New(sandboxpool.Config{
-		Docker: testenv.Docker(t), WorkerID: id, Sandboxes: []sandboxpool.Sandbox{sb}, WorkerAlive: worker.WorkerAlive(js),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := worker.New(worker.Config{NATS: nc, Pool: pool, WorkerID: id, Sandboxes: []worker.Sandbox{worker.WorkerSandbox(sb)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := w.Start(ctx); err != nil {
-		t.Fatalf("start the worker with the worker identity: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := w.Shutdown(ctx, 10*time.Second); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := pool.Close(ctx); err != nil {
-			t.Errorf("close pool: %v", err)
-		}
-	})
-	if err := pool.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	testworker.Start(t, nc, testworker.Options{ID: id, Sandbox: sandboxpool.Sandbox{PoolSize: 1}})
 	return id
 }

@@ -1,0 +1,88 @@
+// Package testworker starts a worker with a pool of the example sandbox image for the
+// tests of several packages (worker, deploy/nats). It is test support only; the worker
+// package's own internal tests cannot import it (it imports the worker).
+package testworker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/sandboxpool"
+	"github.com/jazzmine/worker/worker"
+)
+
+// Options shape a test worker; the zero value is a worker of the "default" sandbox
+// with the pool's defaults.
+type Options struct {
+	// Sandbox holds the pool settings; its name, image and checksum are filled in.
+	Sandbox sandboxpool.Sandbox
+	// ID is the worker id; empty means one made from the test's name.
+	ID string
+	// Pool and Worker, if set, adjust the configs before they are used.
+	Pool   func(*sandboxpool.Config)
+	Worker func(*worker.Config)
+	// NoPool leaves the pool unstarted: the worker answers only deliveries that need
+	// no container.
+	NoPool bool
+}
+
+// Start runs a worker on nc until the end of the test, and stops it and its pool
+// then. It fails the test if either cannot start.
+func Start(t testing.TB, nc *nats.Conn, o Options) (*worker.Worker, *sandboxpool.Pool) {
+	t.Helper()
+	img := testenv.SandboxImage(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := o.ID
+	if id == "" {
+		id = fmt.Sprintf("test-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
+	}
+	sb := o.Sandbox
+	sb.Name, sb.Image, sb.Checksum = "default", img.Tag, img.Checksum
+	pcfg := sandboxpool.Config{Docker: testenv.Docker(t), WorkerID: id, Sandboxes: []sandboxpool.Sandbox{sb}, WorkerAlive: worker.WorkerAlive(js)}
+	if o.Pool != nil {
+		o.Pool(&pcfg)
+	}
+	pool, err := sandboxpool.New(pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := worker.Config{NATS: nc, Pool: pool, WorkerID: id, Sandboxes: []worker.Sandbox{worker.WorkerSandbox(sb)}}
+	if o.Worker != nil {
+		o.Worker(&cfg)
+	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatalf("start worker %s: %v", id, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := w.Shutdown(ctx, 10*time.Second); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := pool.Close(ctx); err != nil {
+			t.Errorf("close pool: %v", err)
+		}
+	})
+	if !o.NoPool {
+		if err := pool.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w, pool
+}
