@@ -15,8 +15,8 @@ import (
 func benchJob() *wire.Job {
 	return &wire.Job{
 		ExecutionID: "exec-0123456789", Sandbox: "default",
-		Script:     strings.Repeat("for i in range(10):\n    print('é <tag>', i)\n", 40) + "emit_result({'ok': True})\n",
-		Mode:       wire.ModePlan, TimeoutSec: 30, MaxOutputBytes: 1 << 20,
+		Script: strings.Repeat("for i in range(10):\n    print('é <tag>', i)\n", 40) + "emit_result({'ok': True})\n",
+		Mode:   wire.ModePlan, TimeoutSec: 30, MaxOutputBytes: 1 << 20,
 		RequiredSecrets: []string{"API_KEY", "DB_PASSWORD"},
 		Metadata:        map[string]string{"agent": "planner", "step": "3", "trace": "abc"},
 	}

@@ -51,11 +51,11 @@ func goldenEvents() map[string]goldenEvent {
 	}
 	both := func(v any) map[string]any { return map[string]any{wire.ContentTypeMsgpack: v, wire.ContentTypeJSON: v} }
 	return map[string]goldenEvent{
-		"event_zero": {event: wire.Event{}},
+		"event_zero":    {event: wire.Event{}},
 		"event_started": {event: ev(wire.EventStarted, func(e *wire.Event) { e.Sandbox, e.ContainerID = "default", "0123456789ab" })},
 		"event_log_other_zone": {event: ev(wire.EventLog, func(e *wire.Event) {
 			e.Level, e.Message, e.Metadata = "info", "héllo\x00", nil
-			e.Time = time.Date(2025, 1, 2, 3, 4, 5, 6, time.FixedZone("", -(5*3600 + 30*60)))
+			e.Time = time.Date(2025, 1, 2, 3, 4, 5, 6, time.FixedZone("", -(5*3600+30*60)))
 		})},
 		"event_stdout": {event: ev(wire.EventStdout, func(e *wire.Event) { e.Text = "line 1\nline 2 <ok> & \b\f\x1b[0m 🐍\n" })},
 		"event_error": {event: ev(wire.EventError, func(e *wire.Event) {
@@ -81,7 +81,7 @@ func goldenEvents() map[string]goldenEvent {
 			e.Success, e.DurationMS, e.OutputBytes, e.FinalData = true, 1234, 99, map[string]any{"n": int64(1), "f": 1.0}
 		})},
 		"event_script_done_failed": {event: ev(wire.EventScriptDone, func(e *wire.Event) { e.Error = "timed out after 30s" })},
-		"event_unknown_type": {event: ev("progress", func(e *wire.Event) { e.Text = "50%"; e.Success = true; e.OutputBytes = -5 })},
+		"event_unknown_type":       {event: ev("progress", func(e *wire.Event) { e.Text = "50%"; e.Success = true; e.OutputBytes = -5 })},
 	}
 }
 
