@@ -47,9 +47,9 @@ func (w *Worker) subscribe() error {
 		subject, queue string
 		handler        nats.MsgHandler
 	}{
-		{wire.CancelWildcard, groupCancel, w.coordinateCancel},
-		{subjectRunning + "*", "", w.answerRunning},
-		{wire.ExecWildcard, groupTriage, w.triage},
+		{cancelAll, groupCancel, w.coordinateCancel},
+		{subjectRunning + ">", "", w.answerRunning},
+		{execAll, groupTriage, w.triage},
 	} {
 		var sub *nats.Subscription
 		var err error
@@ -68,41 +68,107 @@ func (w *Worker) subscribe() error {
 
 // coordinateCancel is step 1 to 3 of the protocol, on one worker of the fleet.
 func (w *Worker) coordinateCancel(m *nats.Msg) {
-	id, err := wire.ExecutionIDFromCancelSubject(m.Subject)
+	ref, err := parseCancelSubject(m.Subject)
 	if err != nil {
 		w.log.Warn("ignored a cancel", "subject", m.Subject, "err", err)
 		return
 	}
+	key := ref.key()
 	w.goBackground(m, func(ctx context.Context) {
-		rev, err := w.cancels.Create(ctx, id, []byte(cancelPending))
+		rev, err := w.cancels.Create(ctx, key, []byte(cancelPending))
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return // already being cancelled
 		}
 		if err != nil {
-			w.log.Warn("record a cancel", "execution_id", id, "err", err)
+			w.log.Warn("record a cancel", "execution_id", ref, "err", err)
 			return
 		}
 		ask, stopAsk := context.WithTimeout(ctx, askRunningTimeout)
-		_, err = w.cfg.NATS.RequestWithContext(ask, subjectRunning+id, nil)
+		_, err = w.cfg.NATS.RequestWithContext(ask, subjectRunning+key, nil)
 		stopAsk()
 		if err == nil {
 			return // the worker running it answered and publishes its end
 		}
-		if _, err := w.cancels.Update(ctx, id, []byte(cancelQueued), rev); err != nil {
+		queued, err := w.queued(ctx, ref)
+		if err != nil {
+			w.log.Warn("look for a cancelled job in the queue; taken as queued", "execution_id", ref, "err", err)
+		} else if !queued {
+			// No such job (not yet published, or long gone): the cancel is void, and a
+			// job published later under the id runs. A worker that took the job
+			// meanwhile changed the entry, and this delete fails.
+			if err := w.cancels.Delete(ctx, key, jetstream.LastRevision(rev)); err == nil {
+				w.log.Info("a cancel named no queued or running job: ignored", "execution_id", ref)
+			}
+			return
+		}
+		if _, err := w.cancels.Update(ctx, key, []byte(cancelQueued), rev); err != nil {
 			return // a worker took the job meanwhile and publishes its end
 		}
-		stream, err := w.js.Stream(ctx, wire.StreamEvents)
-		if err == nil {
-			if _, err := stream.GetLastMsgForSubject(ctx, wire.EventSubject(id, wire.EventScriptDone)); err == nil {
-				return // it had finished: nothing to cancel
+		if _, err := w.eventsStream.GetLastMsgForSubject(ctx, wire.EventSubject(key, wire.EventScriptDone)); err == nil {
+			return // it had finished: nothing to cancel
+		}
+		p := w.newPublisher(ref, 0, wire.ContentTypeMsgpack, nil)
+		if err := p.terminal(wire.KindCancelled, "Execution cancelled before it ran"); err != nil {
+			w.log.Warn("publish the end of a cancelled queued job", "execution_id", ref, "err", err)
+		}
+		w.log.Info("cancelled a queued job", "execution_id", ref)
+	})
+}
+
+// queuedScanBatch is how many job headers one fetch of queued reads.
+const queuedScanBatch = 512
+
+// queued reports whether the jobs stream holds a job of ref: waiting, or delivered
+// and not yet acked (the stream is a work queue: an acked job is gone). It reads the
+// headers of the tenant's jobs up to the last one published when it starts, with an
+// ephemeral consumer; a cancel is rare and the backlog bounded (MaxBacklog).
+func (w *Worker) queued(ctx context.Context, ref execRef) (bool, error) {
+	stream, err := w.js.Stream(ctx, wire.StreamExec)
+	if err != nil {
+		return false, err
+	}
+	filter := wire.ExecWildcard
+	if ref.tenant != "" {
+		filter = wire.SubjectPrefixExec + "." + ref.tenant + ".*"
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil || len(info.State.Subjects) == 0 {
+		return false, err
+	}
+	last := info.State.LastSeq
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter}, HeadersOnly: true, InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			_ = stream.DeleteConsumer(context.WithoutCancel(ctx), info.Name)
+		}
+	}()
+	for {
+		batch, err := cons.Fetch(queuedScanBatch, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return false, err
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			if msg.Headers().Get(wire.HeaderMsgID) == ref.id {
+				return true, nil
+			}
+			if meta, err := msg.Metadata(); err == nil && meta.Sequence.Stream >= last {
+				return false, nil
 			}
 		}
-		p := w.newPublisher(id, 0, wire.ContentTypeMsgpack, nil)
-		if err := p.terminal(wire.KindCancelled, "Execution cancelled before it ran"); err != nil {
-			w.log.Warn("publish the end of a cancelled queued job", "execution_id", id, "err", err)
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return false, err
 		}
-		w.log.Info("cancelled a queued job", "execution_id", id)
-	})
+		if n == 0 {
+			return false, nil // nothing left before last: the rest was acked meanwhile
+		}
+	}
 }
 
 // answerRunning cancels the execution if it runs here, and says so.

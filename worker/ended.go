@@ -51,14 +51,14 @@ func (w *Worker) endedBefore(p *publisher, attempt int, log *slog.Logger) (out o
 	if attempt <= 1 {
 		return 0, "", false
 	}
-	ended, err := w.hasEnd(p.id, log)
+	ended, err := w.hasEnd(p.ref.key(), log)
 	switch {
 	case err != nil && w.jobs.Err() != nil:
 		return outHandedOver, "", true
 	case err != nil:
 		return outUnstored, truncateReason(err.Error()), true
 	case ended:
-		log.Info("a redelivered job had ended already: acked without running it again", "execution_id", p.id)
+		log.Info("a redelivered job had ended already: acked without running it again", "execution_id", p.ref)
 		return outEnded, "", true
 	case attempt <= w.cfg.MaxDeliver:
 		return 0, "", false
@@ -66,10 +66,10 @@ func (w *Worker) endedBefore(p *publisher, attempt int, log *slog.Logger) (out o
 	msg := fmt.Sprintf("gave up after %d deliveries: the workers that took the job stopped before finishing it", w.cfg.MaxDeliver)
 	if err := p.terminal(wire.KindInfrastructure, msg); err != nil {
 		log.Warn("the end of a job out of deliveries was not stored; its next delivery tries again",
-			"execution_id", p.id, "in", w.nakDelay(attempt), "err", err)
+			"execution_id", p.ref, "in", w.nakDelay(attempt), "err", err)
 		return outUnstored, truncateReason(err.Error()), true
 	}
-	log.Warn("gave up a job out of deliveries", "execution_id", p.id, "deliveries", attempt-1)
+	log.Warn("gave up a job out of deliveries", "execution_id", p.ref, "deliveries", attempt-1)
 	return outGaveUp, truncateReason(msg), true
 }
 
@@ -122,10 +122,10 @@ func handedOver(ctx context.Context) bool {
 // handOver tells whether a run that returned res and err was cut by the worker's
 // shutdown, and logs it: such a job goes back to the queue with its partial events
 // and no script_done. A script that finished as the grace ended keeps its result.
-func (w *Worker) handOver(ctx context.Context, id string, res *harness.Result, err error, log *slog.Logger) bool {
+func (w *Worker) handOver(ctx context.Context, ref execRef, res *harness.Result, err error, log *slog.Logger) bool {
 	if !handedOver(ctx) || (err == nil && res.ErrorKind != harness.KindCancelled) {
 		return false
 	}
-	log.Warn("the shutdown grace ended a running job: it goes back to the queue for another worker", "execution_id", id)
+	log.Warn("the shutdown grace ended a running job: it goes back to the queue for another worker", "execution_id", ref)
 	return true
 }

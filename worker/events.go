@@ -21,7 +21,7 @@ import (
 type publisher struct {
 	js       jetstream.JetStream
 	workerID string
-	id       string
+	ref      execRef // the execution: its id goes in the events, its key in subjects
 	attempt  int
 	ct       string
 	metadata map[string]string
@@ -46,8 +46,8 @@ type publisher struct {
 // context) may take of the server's max payload.
 const eventHeaderRoom = 4 << 10
 
-func (w *Worker) newPublisher(id string, attempt int, ct string, metadata map[string]string) *publisher {
-	return &publisher{js: w.js, workerID: w.cfg.WorkerID, id: id, attempt: attempt, ct: ct, metadata: metadata,
+func (w *Worker) newPublisher(ref execRef, attempt int, ct string, metadata map[string]string) *publisher {
+	return &publisher{js: w.js, workerID: w.cfg.WorkerID, ref: ref, attempt: attempt, ct: ct, metadata: metadata,
 		maxData: int(w.cfg.NATS.MaxPayload()) - eventHeaderRoom}
 }
 
@@ -59,7 +59,7 @@ func (p *publisher) publish(ev *wire.Event) error {
 		return p.err
 	}
 	p.seq++
-	ev.ExecutionID, ev.Seq, ev.Attempt, ev.WorkerID, ev.Time, ev.Metadata = p.id, p.seq, p.attempt, p.workerID, time.Now().UTC(), p.metadata
+	ev.ExecutionID, ev.Seq, ev.Attempt, ev.WorkerID, ev.Time, ev.Metadata = p.ref.id, p.seq, p.attempt, p.workerID, time.Now().UTC(), p.metadata
 	if ev.Type == wire.EventScriptDone && p.lost != "" {
 		ev.Success, ev.Error, ev.FinalData = false, p.lost, nil
 	}
@@ -75,8 +75,8 @@ func (p *publisher) publish(ev *wire.Event) error {
 		p.err, p.unsent = fmt.Errorf("encode event: %w", err), true
 		return p.err
 	}
-	msg := &nats.Msg{Subject: wire.EventSubject(p.id, ev.Type), Data: data, Header: nats.Header{}}
-	msg.Header.Set(wire.HeaderMsgID, wire.EventMsgID(p.id, p.attempt, p.seq))
+	msg := &nats.Msg{Subject: wire.EventSubject(p.ref.key(), ev.Type), Data: data, Header: nats.Header{}}
+	msg.Header.Set(wire.HeaderMsgID, wire.EventMsgID(p.ref.key(), p.attempt, p.seq))
 	msg.Header.Set(wire.HeaderContentType, p.ct)
 	if ev.Type == wire.EventScriptDone {
 		// The stream itself keeps an execution to one end: it refuses a script_done on
@@ -88,7 +88,7 @@ func (p *publisher) publish(ev *wire.Event) error {
 	}
 	p.held = append(p.held, msg)
 	if err := p.send(); err != nil {
-		p.err, p.unsent = fmt.Errorf("publish %s event of %s: %w", ev.Type, p.id, err), true
+		p.err, p.unsent = fmt.Errorf("publish %s event of %s: %w", ev.Type, p.ref, err), true
 		return p.err
 	}
 	return nil
@@ -182,11 +182,11 @@ func (p *publisher) wait(ctx context.Context) error {
 		return p.err
 	}
 	if err := p.send(); err != nil {
-		p.err, p.unsent = fmt.Errorf("publish the events of %s: %w", p.id, err), true
+		p.err, p.unsent = fmt.Errorf("publish the events of %s: %w", p.ref, err), true
 		return p.err
 	}
 	if len(p.held) > 0 {
-		p.err = fmt.Errorf("events of %s not sent yet: %w", p.id, jetstream.ErrTooManyStalledMsgs)
+		p.err = fmt.Errorf("events of %s not sent yet: %w", p.ref, jetstream.ErrTooManyStalledMsgs)
 		return p.err
 	}
 	for _, f := range p.pending {
@@ -196,10 +196,10 @@ func (p *publisher) wait(ctx context.Context) error {
 			if endExists(err) {
 				continue // this execution has its script_done: another attempt's, or this one sent again
 			}
-			p.err = fmt.Errorf("event of %s not stored: %w", p.id, err)
+			p.err = fmt.Errorf("event of %s not stored: %w", p.ref, err)
 			return p.err
 		case <-ctx.Done():
-			p.err = fmt.Errorf("wait for event acks of %s: %w", p.id, ctx.Err())
+			p.err = fmt.Errorf("wait for event acks of %s: %w", p.ref, ctx.Err())
 			return p.err
 		}
 	}

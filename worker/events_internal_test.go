@@ -42,7 +42,7 @@ func eventsStream(t *testing.T, refusals int32, maxData int) (*publisher, jetstr
 	}
 	fake := &stallingJS{JetStream: js}
 	fake.refusals.Store(refusals)
-	return &publisher{js: fake, id: "x", attempt: 1, ct: wire.ContentTypeJSON, maxData: maxData}, stream
+	return &publisher{js: fake, ref: execRef{id: "x"}, attempt: 1, ct: wire.ContentTypeJSON, maxData: maxData}, stream
 }
 
 // stored returns the events of "x" in the stream, in order.
@@ -136,7 +136,7 @@ func TestAnEventTooLargeForTheServerIsCutAndSaysSo(t *testing.T) {
 // keeps one, and neither publisher counts it a failure (which would run the job again).
 func TestTheStreamKeepsAnExecutionToOneEnd(t *testing.T) {
 	first, stream := eventsStream(t, 0, 1<<20)
-	second := &publisher{js: first.js, id: "x", attempt: 2, ct: wire.ContentTypeJSON, maxData: 1 << 20}
+	second := &publisher{js: first.js, ref: execRef{id: "x"}, attempt: 2, ct: wire.ContentTypeJSON, maxData: 1 << 20}
 	w := &Worker{jobs: t.Context()}
 	for _, p := range []*publisher{first, second} {
 		if err := p.publish(&wire.Event{Type: wire.EventScriptDone, Success: true}); err != nil {

@@ -102,6 +102,7 @@ func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.Msg, attempt int, last bool, log *slog.Logger) (outcome, string) {
 	hdr := msg.Headers()
 	headerID := hdr.Get(wire.HeaderMsgID)
+	tenant, _, _ := parseExecSubject(msg.Subject()) // the consumer's filters match no other shape
 	ct, ctErr := wire.ParseContentType(hdr.Get(wire.HeaderContentType))
 	var job *wire.Job
 	err := ctErr
@@ -125,7 +126,7 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 			if job != nil && wire.ValidateID("execution id", job.ExecutionID) == nil {
 				meta = job.Metadata
 			}
-			p := w.newPublisher(id, attempt, ct, meta)
+			p := w.newPublisher(execRef{tenant, id}, attempt, ct, meta)
 			p.traceFrom(traced, w.tel.prop)
 			if perr := p.terminal(wire.KindInvalidJob, err.Error()); perr != nil {
 				log.Warn("publish the invalid job's error", "execution_id", id, "err", perr)
@@ -140,20 +141,21 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 	defer cancel(nil)
 	ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(traced)) // cancelled with the worker, traced with the job
 	ex := &execution{cancel: cancel}
-	if !w.register(job.ExecutionID, ex) {
+	ref := execRef{tenant, job.ExecutionID}
+	if !w.register(ref.key(), ex) {
 		// A redelivery of a job still running here: the running one answers for it.
 		return outDuplicate, ""
 	}
-	defer w.unregister(job.ExecutionID, ex)
-	p := w.newPublisher(job.ExecutionID, attempt, ct, job.Metadata)
+	defer w.unregister(ref.key(), ex)
+	p := w.newPublisher(ref, attempt, ct, job.Metadata)
 	p.traceFrom(ctx, w.tel.prop)
 	sbAttr := metric.WithAttributes(attribute.String("sandbox", sandbox))
 	if out, reason, ok := w.endedBefore(p, attempt, log); ok {
 		return out, reason // ended by an earlier attempt, or delivered past the last (ended.go)
 	}
 
-	if handled, err := w.cancelledWhileQueued(ctx, job.ExecutionID, ex); err != nil {
-		log.Warn("look up cancels", "execution_id", job.ExecutionID, "err", err)
+	if handled, err := w.cancelledWhileQueued(ctx, ref.key(), ex); err != nil {
+		log.Warn("look up cancels", "execution_id", ref, "err", err)
 	} else if handled {
 		return outCancelled, ""
 	}
@@ -173,10 +175,10 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 			return w.endCancelled(ctx, p, log)
 		}
 		msg := fmt.Sprintf("no container for sandbox %q: %v", sandbox, err)
-		log.Warn("checkout failed", "execution_id", job.ExecutionID, "last_delivery", last, "err", err)
+		log.Warn("checkout failed", "execution_id", ref, "last_delivery", last, "err", err)
 		if last {
 			if perr := p.terminal(wire.KindInfrastructure, fmt.Sprintf("gave up after %d deliveries: %s", attempt, msg)); perr != nil {
-				log.Warn("publish terminal event", "execution_id", job.ExecutionID, "err", perr)
+				log.Warn("publish terminal event", "execution_id", ref, "err", perr)
 				return outUnstored, truncateReason(msg) // not terminated: the delivery after the last ends it (ended.go)
 			}
 		}
@@ -225,7 +227,7 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 		w.tel.outputBytes.Record(ctx, res.OutputBytes, sbAttr)
 	}
 	espan.End()
-	if w.handOver(ctx, job.ExecutionID, res, err, log) {
+	if w.handOver(ctx, ref, res, err, log) {
 		return outHandedOver, ""
 	}
 	_, pspan := w.tel.tracer.Start(ctx, "publish events")
@@ -242,7 +244,7 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 	pspan.End()
 	if err != nil {
 		// The events did not all reach the stream: run it again rather than lose them.
-		log.Warn("publish events", "execution_id", job.ExecutionID, "err", err)
+		log.Warn("publish events", "execution_id", ref, "err", err)
 		return outUnstored, truncateReason(err.Error())
 	}
 	if res.ErrorKind == harness.KindCancelled {
@@ -259,7 +261,7 @@ func (w *Worker) endCancelled(ctx context.Context, p *publisher, log *slog.Logge
 	}
 	msg := "Execution cancelled"
 	if err := p.terminal(wire.KindCancelled, msg); err != nil {
-		log.Warn("publish cancel events", "execution_id", p.id, "err", err)
+		log.Warn("publish cancel events", "execution_id", p.ref, "err", err)
 		return outUnstored, "cancel events not published"
 	}
 	return outCancelled, ""

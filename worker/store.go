@@ -36,7 +36,7 @@ func (w *Worker) storeEvents(p *publisher, log *slog.Logger) error {
 		if err == nil || p.unsent || !storeFailureIsTransient(err) {
 			return err
 		}
-		log.Warn("events not stored yet; sending them again", "execution_id", p.id, "events", len(p.pending), "in", delay, "err", err)
+		log.Warn("events not stored yet; sending them again", "execution_id", p.ref, "events", len(p.pending), "in", delay, "err", err)
 		select {
 		case <-time.After(delay):
 		case <-w.jobs.Done():
@@ -58,7 +58,7 @@ func (p *publisher) republish() {
 		if err != nil {
 			// The rest stays pending as it was: the next try sends it again.
 			p.pending = append(p.pending, sent[i:]...)
-			p.err = fmt.Errorf("publish the events of %s again: %w", p.id, err)
+			p.err = fmt.Errorf("publish the events of %s again: %w", p.ref, err)
 			return
 		}
 		p.pending = append(p.pending, nf)

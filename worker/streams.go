@@ -17,8 +17,8 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	c := &w.cfg
 	_, err := w.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        wire.StreamExec,
-		Description: "jazzmine jobs, one subject per sandbox",
-		Subjects:    []string{wire.ExecWildcard},
+		Description: "jazzmine jobs, one subject per sandbox (and tenant)",
+		Subjects:    []string{execAll},
 		Retention:   jetstream.WorkQueuePolicy,
 		Discard:     jetstream.DiscardNew,
 		MaxMsgs:     c.MaxBacklog,
@@ -63,11 +63,11 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	}
 	for _, sb := range c.Sandboxes {
 		cons, err := w.js.CreateOrUpdateConsumer(ctx, wire.StreamExec, jetstream.ConsumerConfig{
-			Durable:       wire.ConsumerName(sb.Name),
-			Description:   "jobs of sandbox " + sb.Name,
-			FilterSubject: wire.ExecSubject(sb.Name),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       c.AckWait,
+			Durable:        wire.ConsumerName(sb.Name),
+			Description:    "jobs of sandbox " + sb.Name,
+			FilterSubjects: tenantExecSubjects(sb.Name),
+			AckPolicy:      jetstream.AckExplicitPolicy,
+			AckWait:        c.AckWait,
 			// Unlimited: the worker counts the deliveries, and the one after the
 			// last publishes the job's end instead of running it (ended.go).
 			MaxDeliver:    -1,

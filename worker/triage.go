@@ -14,11 +14,11 @@ import (
 
 // triage sees every job published (one worker of the fleet, queue group) and answers
 // those for a sandbox that no worker serves: the jobs stream captures
-// jazzmine.exec.*, but only sandboxes with a durable consumer are ever pulled. Such a
+// jazzmine.exec.>, but only sandboxes with a durable consumer are ever pulled. Such a
 // job gets an invalid_job error and a script_done, and its subject is purged so that
 // it does not sit in the backlog.
 func (w *Worker) triage(m *nats.Msg) {
-	sandbox, err := wire.SandboxFromExecSubject(m.Subject)
+	tenant, sandbox, err := parseExecSubject(m.Subject)
 	if err != nil {
 		return
 	}
@@ -33,7 +33,7 @@ func (w *Worker) triage(m *nats.Msg) {
 		msg := fmt.Sprintf("unknown sandbox %q: no worker serves it (this worker serves %s)", sandbox, strings.Join(w.sandboxNames(), ", "))
 		w.log.Warn("job for an unknown sandbox", "sandbox", sandbox, "execution_id", id)
 		if id != "" {
-			p := w.newPublisher(id, 1, ct, meta)
+			p := w.newPublisher(execRef{tenant, id}, 1, ct, meta)
 			if err := p.terminal(wire.KindInvalidJob, msg); err != nil {
 				w.log.Warn("publish the error of a job for an unknown sandbox", "execution_id", id, "err", err)
 			}
@@ -48,12 +48,12 @@ func (w *Worker) purgeUnserved(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(wire.ExecWildcard))
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(execAll))
 	if err != nil {
 		return
 	}
 	for subject := range info.State.Subjects {
-		sandbox, err := wire.SandboxFromExecSubject(subject)
+		_, sandbox, err := parseExecSubject(subject)
 		if err != nil {
 			continue
 		}

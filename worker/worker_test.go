@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -8,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/wire"
+	"github.com/jazzmine/worker/worker"
 )
 
 func TestAJSONJobFromAPlainNATSClientGetsItsEvents(t *testing.T) {
@@ -247,5 +251,52 @@ func TestCancelEndsQueuedAndRunningJobs(t *testing.T) {
 	}
 	if evs := a.allEvents(queued); count(evs, wire.EventStarted) != 0 || count(evs, wire.EventScriptDone) != 1 {
 		t.Errorf("the cancelled queued job: %s, want no start and one script_done", describe(evs))
+	}
+}
+
+// TestACancelOfAJobThatDoesNotExistIsVoid: an agent that cancels an id before its job
+// is published (a guess at another's id, or a cancel sent too early) cancels nothing:
+// the job published afterwards runs, and no event is published under the id for the
+// cancel alone.
+func TestACancelOfAJobThatDoesNotExistIsVoid(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 0, nil)
+	a := newAgent(t, nc)
+	id := newID("early")
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cancels, err := js.KeyValue(ctx, worker.BucketCancels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := cancels.Watch(ctx, id, jetstream.IncludeHistory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	if err := nc.Publish(wire.CancelSubject(id), nil); err != nil {
+		t.Fatal(err)
+	}
+	// The coordinator records the cancel, finds no job, and forgets it.
+	for forgotten := false; !forgotten; {
+		select {
+		case e := <-watch.Updates():
+			forgotten = e != nil && e.Operation() != jetstream.KeyValuePut
+		case <-ctx.Done():
+			t.Fatal("the cancel of a job that does not exist was not forgotten")
+		}
+	}
+	if evs := a.allEvents(id); len(evs) != 0 {
+		t.Errorf("events for a cancel alone: %s", describe(evs))
+	}
+	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: id, Sandbox: "default", Script: "emit_result('ran')"})
+	evs := a.events(id, time.Minute)
+	if done := last(evs); !done.Success || count(evs, wire.EventStarted) != 1 {
+		t.Errorf("the job published after a void cancel: %s, want it run", describe(evs))
 	}
 }
