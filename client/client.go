@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -97,6 +98,9 @@ type Client struct {
 	maxScriptBytes int
 	liveWindow     time.Duration
 	log            *slog.Logger
+
+	eventsMu    sync.Mutex
+	eventsReady bool // the account has the events stream (see ensureEvents)
 }
 
 // New returns a client for cfg. It fails when cfg.Conn is nil or
@@ -172,6 +176,9 @@ func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
 		return nil, fmt.Errorf("submit execution %q: %w", id, err)
 	}
 
+	if err := c.ensureEvents(ctx); err != nil {
+		return nil, fmt.Errorf("submit execution %q: %w", id, err)
+	}
 	e, err := c.follow(ctx, id, job.Sandbox)
 	if err != nil {
 		return nil, fmt.Errorf("submit execution %q: %w", id, err)
@@ -199,6 +206,59 @@ func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
 		c.log.Debug("jazzmine job dropped as a duplicate, following the earlier one", "execution_id", id, "sandbox", job.Sandbox)
 	}
 	return e, nil
+}
+
+// Tenant events: the events stream a tenant's account holds.
+const (
+	// tenantEventsMaxAge is how long the events stream a client creates keeps
+	// events: the workers' default.
+	tenantEventsMaxAge = time.Hour
+	// tenantEventsDuplicates is that stream's duplicate window.
+	tenantEventsDuplicates = 2 * time.Minute
+	// ensureEventsTimeout bounds the look-up (and creation) of the stream.
+	ensureEventsTimeout = 5 * time.Second
+)
+
+// ensureEvents makes sure, once per client, that the account the client is in
+// has the events stream before its first job is published. The workers' own
+// account has it from them; a tenant's account (deploy/nats/auth.conf) receives
+// its executions' events from the fleet's account and keeps them in a stream of
+// its own, which the first client creates (with a one-hour MaxAge; create it
+// beforehand with the limits and replicas you want). An account without
+// JetStream, or a server that does not answer within ensureEventsTimeout, is
+// left as it is: a missing stream shows when it is read.
+func (c *Client) ensureEvents(ctx context.Context) error {
+	c.eventsMu.Lock()
+	defer c.eventsMu.Unlock()
+	if c.eventsReady {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, ensureEventsTimeout)
+	defer cancel()
+	_, err := c.js.Stream(ctx, wire.StreamEvents)
+	if code, _ := apiErrorCode(err); code == codeStreamNotFound {
+		_, err = c.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:        wire.StreamEvents,
+			Description: "jazzmine execution events of this account's executions",
+			Subjects:    []string{wire.AllEventsWildcard},
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      tenantEventsMaxAge,
+			Duplicates:  tenantEventsDuplicates,
+			Storage:     jetstream.FileStorage,
+		})
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			err = nil // another client, or a worker, was first
+		}
+		if err != nil {
+			return fmt.Errorf("create the events stream %s of this account: %w", wire.StreamEvents, err)
+		}
+	} else if err != nil {
+		// No JetStream to ask (the publish says so), or no answer (a role that may
+		// not ask): not asked again, and a missing stream shows when it is read.
+		c.log.Debug("jazzmine client: look up the events stream", "error", err)
+	}
+	c.eventsReady = true
+	return nil
 }
 
 // follow subscribes to the events of execution id and starts the goroutine

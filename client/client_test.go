@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -239,20 +240,26 @@ func TestSubmitWithoutStreams(t *testing.T) {
 		})
 	}
 
-	// The events stream is only needed when an execution leaves the fast path:
-	// Wait says it is missing.
-	t.Run("a server without the events stream gives ErrNoStream at Wait", func(t *testing.T) {
+	// An account without the events stream is a tenant's (deploy/nats/auth.conf):
+	// its events come from the fleet's account, and the first Submit creates the
+	// stream that keeps them, before the job is published.
+	t.Run("a server without the events stream gets one at the first Submit", func(t *testing.T) {
 		srv := startServer(t, "", -1)
 		nc := connect(t, srv)
-		createStream(t, newJetStream(t, nc), execStreamConfig())
+		js := newJetStream(t, nc)
+		createStream(t, js, execStreamConfig())
 		c, err := client.New(client.Config{Conn: nc, LiveWindow: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		e := submit(t, c, wire.Job{Sandbox: sandbox, Script: "pass"})
-		_, err = e.Wait(ctx(t))
-		if !errors.Is(err, client.ErrNoStream) || !strings.Contains(err.Error(), "JAZZMINE_EVENTS") {
-			t.Errorf("Wait: %v, want an error wrapping ErrNoStream that names JAZZMINE_EVENTS", err)
+		defer e.Close()
+		stream, err := js.Stream(ctx(t), wire.StreamEvents)
+		if err != nil {
+			t.Fatalf("the events stream after Submit: %v", err)
+		}
+		if cfg := stream.CachedInfo().Config; !slices.Equal(cfg.Subjects, []string{wire.AllEventsWildcard}) || cfg.MaxAge != time.Hour {
+			t.Errorf("the events stream Submit made: subjects %v, max age %v; want %s and 1h", cfg.Subjects, cfg.MaxAge, wire.AllEventsWildcard)
 		}
 	})
 }

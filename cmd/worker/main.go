@@ -59,6 +59,7 @@ Usage:
   worker submit  [flags] (-e SCRIPT | FILE | -)  submit a job and stream its events
   worker build   [--config FILE]           build the sandbox images and exit
   worker proxy   [--config-json JSON]      run the egress proxy (config also from JAZZMINE_PROXY_CONFIG)
+  worker nats-auth --worker KEY --tenant NAME=KEY...  print the NATS server's roles and tenants
   worker version                           print the version
 
 Run "worker COMMAND -h" for a command's flags.
@@ -87,6 +88,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			return usageError("%v", err)
 		}
 		return err
+	case "nats-auth":
+		return natsAuthConfig(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "jazzmine worker", version)
 		return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/jazzmine/worker/client"
+	natsdeploy "github.com/jazzmine/worker/deploy/nats"
 	"github.com/jazzmine/worker/internal/testworker"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
@@ -23,32 +24,20 @@ import (
 )
 
 // TestAnAgentMaySubmitCancelAndReadButNothingElse runs a server with auth.conf, a
-// worker with the worker identity and an agent with the agent identity. The agent's
+// worker with the worker identity and an agent of the tenant "agents". The agent's
 // job runs; then the agent plays a hostile client: forging an event, asking who runs
 // an execution, deleting a worker's liveness key, deleting the jobs stream, forging a
-// max-deliveries advisory, acking a job, taking jobs with a consumer of its own. Each
-// is refused by the server and changes nothing, and the fleet serves the next job.
+// max-deliveries advisory, acking a job, taking jobs with a consumer of its own, and
+// making the server publish for it (a push consumer delivering to the workers'
+// liveness key, a request whose reply subject is the jobs stream's deletion). Each is
+// refused by the server or lands in the agent's own account, changes nothing of the
+// fleet's, and the fleet serves the next job.
 func TestAnAgentMaySubmitCancelAndReadButNothingElse(t *testing.T) {
 	workerSeed, workerPub := userKey(t)
 	agentSeed, agentPub := userKey(t)
 	t.Setenv("JAZZMINE_WORKER_NKEY", workerPub)
 	t.Setenv("JAZZMINE_AGENT_NKEY", agentPub)
-	opts, err := server.ProcessConfigFile("auth.conf")
-	if err != nil {
-		t.Fatalf("process auth.conf: %v", err)
-	}
-	opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
-	opts.JetStream, opts.StoreDir = true, t.TempDir()
-	opts.NoLog, opts.NoSigs = true, true
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS server not ready")
-	}
+	srv := startAuthServer(t, "auth.conf")
 
 	if _, err := nats.Connect(srv.ClientURL()); err == nil || !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("connect without credentials: err = %v, want an authorization violation", err)
@@ -116,12 +105,13 @@ func TestAnAgentMaySubmitCancelAndReadButNothingElse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resultSubject := wire.EventSubject(res.ExecutionID, wire.EventFinalResult)
+	// In the fleet's account the tenant's events carry its token.
+	resultSubject := wire.EventSubject("agents."+res.ExecutionID, wire.EventFinalResult)
 	before, err := events.GetLastMsgForSubject(ctx, resultSubject)
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused("forge the execution's result", resultSubject, nats.Header{wire.HeaderContentType: {wire.ContentTypeJSON}})
+	refused("forge the execution's result", wire.EventSubject(res.ExecutionID, wire.EventFinalResult), nats.Header{wire.HeaderContentType: {wire.ContentTypeJSON}})
 	after, err := events.GetLastMsgForSubject(ctx, resultSubject)
 	if err != nil || after.Sequence != before.Sequence {
 		t.Errorf("the execution's final_result changed: seq %d, then %v (err %v)", before.Sequence, after, err)
@@ -181,6 +171,40 @@ func TestAnAgentMaySubmitCancelAndReadButNothingElse(t *testing.T) {
 	refused("ack a job", "$JS.ACK."+wire.StreamExec+"."+wire.ConsumerName("default")+".1.1.1.1700000000000000000.0", nil)
 	refused("nak a job", "$JS.ACK."+wire.StreamExec+"."+wire.ConsumerName("default")+".1.2.2.1700000000000000000.0", nil)
 
+	// What the server publishes on the agent's behalf stays in the agent's account: a
+	// push consumer of its events stream delivering to the liveness key's subject, a
+	// request whose reply subject deletes the jobs stream.
+	liveness, err := workers.Watch(ctx, wid, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer liveness.Stop()
+	if _, err := ajs.CreateOrUpdateConsumer(ctx, wire.StreamEvents, jetstream.ConsumerConfig{
+		Name: "redirect", DeliverSubject: "$KV." + worker.BucketWorkers + "." + wid, AckPolicy: jetstream.AckNonePolicy,
+	}); err != nil {
+		t.Fatalf("a push consumer of the agent's own events stream: %v", err)
+	}
+	if err := anc.PublishRequest("$JS.API.STREAM.INFO."+wire.StreamEvents, "$JS.API.STREAM.DELETE."+wire.StreamExec, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := anc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	run("emit_result('after the redirections')") // its events, too, went to the redirecting consumer
+	for drained := false; !drained; {
+		select {
+		case e := <-liveness.Updates():
+			if _, err := time.Parse(time.RFC3339, string(e.Value())); err != nil || e.Operation() != jetstream.KeyValuePut {
+				t.Errorf("the worker's liveness key got %s %.80q, not the worker's time", e.Operation(), e.Value())
+			}
+		default:
+			drained = true
+		}
+	}
+	if _, err := wjs.Stream(ctx, wire.StreamExec); err != nil {
+		t.Errorf("the jobs stream after the redirected reply: %v", err)
+	}
+
 	// A cancel is the agent's to send (of an execution that ended: it changes nothing).
 	if err := c.Cancel(ctx, res.ExecutionID); err != nil {
 		t.Errorf("cancel as the agent: %v", err)
@@ -197,6 +221,29 @@ func TestAnAgentMaySubmitCancelAndReadButNothingElse(t *testing.T) {
 	}
 
 	run("emit_result('still serving')")
+}
+
+// startAuthServer runs a NATS server with JetStream from the configuration file conf
+// (its keys from the environment) until the end of the test.
+func startAuthServer(t *testing.T, conf string) *server.Server {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("process %s: %v", conf, err)
+	}
+	opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
+	opts.JetStream, opts.StoreDir = true, t.TempDir()
+	opts.NoLog, opts.NoSigs = true, true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	return srv
 }
 
 // userKey returns a new user nkey's seed and public key.
@@ -246,4 +293,104 @@ func startAuthWorker(t *testing.T, nc *nats.Conn) string {
 	id := fmt.Sprintf("test-auth-%d", time.Now().UnixNano())
 	testworker.Start(t, nc, testworker.Options{ID: id, Sandbox: sandboxpool.Sandbox{PoolSize: 1}})
 	return id
+}
+
+// TestTwoTenantsCannotSeeOrCancelEachOther runs a fleet for two tenants, alpha and
+// beta, from the configuration `worker nats-auth` renders. Beta, hostile, knows the
+// id of alpha's running execution: it listens to every event it may, reads its
+// events stream, and cancels the id. Beta sees nothing of alpha's, alpha's job runs
+// to its result, and each tenant's cancel still reaches its own jobs.
+func TestTwoTenantsCannotSeeOrCancelEachOther(t *testing.T) {
+	workerSeed, workerPub := userKey(t)
+	alphaSeed, alphaPub := userKey(t)
+	betaSeed, betaPub := userKey(t)
+	conf, err := natsdeploy.AuthConfig([]string{workerPub}, []natsdeploy.Tenant{{Name: "alpha", Key: alphaPub}, {Name: "beta", Key: betaPub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "auth.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startAuthServer(t, file)
+	startAuthWorker(t, connectAs(t, srv.ClientURL(), workerSeed, nil))
+	newClient := func(seed []byte) (*nats.Conn, *client.Client) {
+		nc := connectAs(t, srv.ClientURL(), seed, nil)
+		c, err := client.New(client.Config{Conn: nc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, c
+	}
+	_, alpha := newClient(alphaSeed)
+	bnc, beta := newClient(betaSeed)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// Beta has run a job of its own (its events stream exists), and listens.
+	if res, err := beta.Run(ctx, wire.Job{Sandbox: "default", Script: "emit_result('beta')"}); err != nil || !res.Success {
+		t.Fatalf("beta's job: %+v, %v", res, err)
+	}
+	heard := make(chan *nats.Msg, 256)
+	sub, err := bnc.ChanSubscribe(wire.AllEventsWildcard, heard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	e, err := alpha.Submit(ctx, wire.Job{Sandbox: "default", Script: "print('alpha-secret', flush=True)\nimport time\ntime.sleep(3)\nemit_result('alpha done')", TimeoutSec: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for ev := range e.Events() {
+		if ev.Type == wire.EventStdout {
+			break // running
+		}
+	}
+	if err := beta.Cancel(ctx, e.ID); err != nil {
+		t.Fatalf("beta's cancel: %v", err)
+	}
+	res, err := e.Wait(ctx)
+	if err != nil || !res.Success || res.FinalData != "alpha done" {
+		t.Errorf("alpha's execution after beta's cancel: %+v, %v; want its result", res, err)
+	}
+	select {
+	case m := <-heard:
+		t.Errorf("beta heard %s: %.80q", m.Subject, m.Data)
+	default:
+	}
+	bjs, err := jetstream.New(bnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := bjs.Stream(ctx, wire.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(wire.EventsWildcard(e.ID)))
+	if err != nil || len(info.State.Subjects) != 0 {
+		t.Errorf("beta's events stream holds alpha's events: %v, %v", info.State.Subjects, err)
+	}
+
+	// Each tenant's own cancel goes through.
+	for name, c := range map[string]*client.Client{"alpha": alpha, "beta": beta} {
+		e, err := c.Submit(ctx, wire.Job{Sandbox: "default", Script: "print('up', flush=True)\nimport time\ntime.sleep(60)", TimeoutSec: 120})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ev := range e.Events() {
+			if ev.Type == wire.EventStdout {
+				break
+			}
+		}
+		if err := e.Cancel(ctx); err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.Wait(ctx)
+		if err != nil || res.ErrorKind != wire.KindCancelled {
+			t.Errorf("%s's cancel of its own job: %+v, %v; want it cancelled", name, res, err)
+		}
+		e.Close()
+	}
 }
