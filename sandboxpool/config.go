@@ -164,7 +164,8 @@ func (s *Sandbox) validate() error {
 
 // Config configures a Pool.
 type Config struct {
-	// Docker is the engine client; required.
+	// Docker is the engine client; nil means a client for the engine the environment
+	// names (DOCKER_HOST, as the docker CLI reads it), made by New and closed by Close.
 	Docker Docker
 	// WorkerID labels every container (jazzmine.worker); required. It must be unique to
 	// this process: containers of another worker id are never touched while that

@@ -38,7 +38,6 @@ type ctr struct {
 	sandbox *sandbox
 	conn    *harness.Conn
 	attach  client.HijackedResponse
-	ready   harness.Ready
 	stderr  *tailBuffer
 
 	// Guarded by Pool.mu.
@@ -63,8 +62,9 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// createOptions is the hardened container of DESIGN.md section 6.
-func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOptions {
+// env is a container's environment: the sandbox's variables in order of name, then
+// its secrets that resolve.
+func (p *Pool) env(sb *Sandbox) []string {
 	env := []string{}
 	keys := make([]string, 0, len(sb.Env))
 	for k := range sb.Env {
@@ -79,6 +79,12 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 			env = append(env, s+"="+v)
 		}
 	}
+	return env
+}
+
+// mounts are a container's mounts: the egress volume, read-only, and the sandbox's
+// bind mounts with their sources translated through HostPathMap.
+func (p *Pool) mounts(sb *Sandbox) []mount.Mount {
 	var mounts []mount.Mount
 	if sb.EgressVolume != "" {
 		mounts = append(mounts, mount.Mount{
@@ -97,6 +103,11 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 			ReadOnly: m.ReadOnly,
 		})
 	}
+	return mounts
+}
+
+// createOptions is the hardened container of DESIGN.md section 6.
+func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOptions {
 	pids := sb.PIDs
 	tmpfs := func(size int64) string {
 		// Docker gives a tmpfs the owner of the image's directory; uid and gid make it
@@ -108,7 +119,7 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 		Config: &container.Config{
 			Image:        sb.Image,
 			User:         fmt.Sprintf("%d:%d", SandboxUID, SandboxUID),
-			Env:          env,
+			Env:          p.env(sb),
 			OpenStdin:    true,
 			StdinOnce:    false,
 			AttachStdin:  true,
@@ -148,7 +159,7 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 				"/workspace": tmpfs(sb.WorkspaceBytes),
 				"/tmp":       tmpfs(sb.TmpBytes),
 			},
-			Mounts: mounts,
+			Mounts: p.mounts(sb),
 			Resources: container.Resources{
 				Memory:     sb.MemoryBytes,
 				MemorySwap: sb.MemoryBytes, // no swap
@@ -198,8 +209,7 @@ func (p *Pool) spawn(ctx context.Context, sb *sandbox) (*ctr, error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, sb.cfg.ReadyTimeout)
 	defer cancel()
-	c.ready, err = c.conn.WaitReady(rctx)
-	if err != nil {
+	if _, err := c.conn.WaitReady(rctx); err != nil {
 		return fail(fmt.Errorf("container %s of sandbox %q sent no ready line within %v: %w", c.shortID(), sb.cfg.Name, sb.cfg.ReadyTimeout, err))
 	}
 	return c, nil

@@ -6,8 +6,10 @@ import (
 	"github.com/moby/moby/client"
 )
 
-// Docker is the part of the Docker Engine API the pool uses. *client.Client from
-// github.com/moby/moby/client satisfies it; tests may fake it.
+// Docker is the part of the Docker Engine API the pool uses: it creates, attaches to,
+// starts, inspects (for an OOM kill), lists (for the reaper and Close's sweep) and
+// removes containers. *client.Client from github.com/moby/moby/client satisfies it;
+// the pool's logic tests put an engine in memory behind it.
 type Docker interface {
 	ContainerCreate(ctx context.Context, options client.ContainerCreateOptions) (client.ContainerCreateResult, error)
 	ContainerAttach(ctx context.Context, containerID string, options client.ContainerAttachOptions) (client.ContainerAttachResult, error)
@@ -18,3 +20,10 @@ type Docker interface {
 }
 
 var _ Docker = (*client.Client)(nil)
+
+// localDocker is the client of a Config without one: the engine the environment
+// names (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH; the local socket without
+// them), the API version negotiated. It connects at its first call.
+func localDocker() (*client.Client, error) {
+	return client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+}

@@ -11,13 +11,8 @@ import (
 	"github.com/jazzmine/worker/sandboxpool"
 )
 
-// TestTheSandboxIsHardened proves the hardening of DESIGN.md section 6 from inside a
-// running sandbox, with a script, as an attacker would find it.
-func TestTheSandboxIsHardened(t *testing.T) {
-	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sandbox(t, "hard", 1, 1)}})
-	l := checkout(t, p, "hard")
-	defer l.Release()
-	res := run(t, l, `
+// hardeningProbe reports what a script sees of its sandbox's hardening.
+const hardeningProbe = `
 import os, shutil
 found = {}
 found["uid"] = os.getuid()
@@ -57,7 +52,15 @@ conn, _ = srv.accept()
 cli.sendall(b"ping")
 found["loopback_works"] = conn.recv(4) == b"ping"
 emit_result(found)
-`)
+`
+
+// TestTheSandboxIsHardened proves the hardening of DESIGN.md section 6 from inside a
+// running sandbox, with a script, as an attacker would find it.
+func TestTheSandboxIsHardened(t *testing.T) {
+	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sandbox(t, "hard", 1, 1)}})
+	l := checkout(t, p, "hard")
+	defer l.Release()
+	res := run(t, l, hardeningProbe)
 	if !res.Success {
 		t.Fatalf("probe failed: %s\n%s", res.Error, res.Traceback)
 	}

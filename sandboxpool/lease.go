@@ -21,15 +21,6 @@ type Lease struct {
 // ContainerID is the container's short id.
 func (l *Lease) ContainerID() string { return l.c.shortID() }
 
-// Sandbox is the name of the container's sandbox.
-func (l *Lease) Sandbox() string { return l.c.sandbox.cfg.Name }
-
-// Conn is the container's harness stream.
-func (l *Lease) Conn() *harness.Conn { return l.c.conn }
-
-// Ready is what the container's harness announced at start.
-func (l *Lease) Ready() harness.Ready { return l.c.ready }
-
 // Retire marks the container to be removed, not reused, on Release; reason is counted
 // in Stats.
 func (l *Lease) Retire(reason string) {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,10 +36,6 @@ const (
 	RetireViolation = "protocol_violation"
 )
 
-// maintainInterval is how often the pool replenishes, culls idle overflow and checks
-// health. Replenishing also happens at once whenever a container goes.
-const maintainInterval = time.Second
-
 // Pool keeps warm containers of each sandbox and lends them out one execution at a
 // time. Its methods are safe for concurrent use.
 type Pool struct {
@@ -61,6 +59,8 @@ type Pool struct {
 	wg       sync.WaitGroup // every goroutine the pool starts
 	started  bool
 	stopLoop chan struct{}
+
+	ownDocker io.Closer // the Docker client New made, closed by Close; nil if given one
 }
 
 // sandbox is one sandbox's share of the pool; its fields are guarded by Pool.mu.
@@ -87,11 +87,16 @@ type handoff struct {
 
 // New validates cfg and returns a pool that has started nothing yet; call Start.
 func New(cfg Config) (*Pool, error) {
-	if cfg.Docker == nil {
-		return nil, errors.New("sandboxpool: Config.Docker is nil")
-	}
 	if cfg.WorkerID == "" {
 		return nil, errors.New("sandboxpool: Config.WorkerID is empty")
+	}
+	var own io.Closer // the client New made, if it made one
+	if cfg.Docker == nil {
+		cli, err := localDocker()
+		if err != nil {
+			return nil, fmt.Errorf("sandboxpool: Docker client: %w", err)
+		}
+		cfg.Docker, own = cli, cli
 	}
 	if cfg.ResetTimeout == 0 {
 		cfg.ResetTimeout = DefaultResetTimeout
@@ -109,7 +114,7 @@ func New(cfg Config) (*Pool, error) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	p := &Pool{tracer: tp.Tracer("github.com/jazzmine/worker/sandboxpool"), cfg: cfg, log: cfg.Logger, exe: cfg.Executor, sandboxes: map[string]*sandbox{}, all: map[string]*ctr{}, stopLoop: make(chan struct{})}
+	p := &Pool{tracer: tp.Tracer("github.com/jazzmine/worker/sandboxpool"), cfg: cfg, log: cfg.Logger, exe: cfg.Executor, sandboxes: map[string]*sandbox{}, all: map[string]*ctr{}, stopLoop: make(chan struct{}), ownDocker: own}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -234,8 +239,9 @@ func (p *Pool) Checkout(ctx context.Context, name string) (*Lease, error) {
 		sb.waiters.Remove(elem) // a no-op if a handoff already dequeued us
 		select {
 		case h := <-w.ch:
-			// Handed over just as we gave up: pass it on.
+			// Handed over just as we gave up: lent, never used; pass it on.
 			if h.c != nil {
+				sb.inUse--
 				p.offerLocked(h.c)
 			}
 		default:
@@ -271,11 +277,17 @@ func (p *Pool) lendLocked(c *ctr) {
 	}
 }
 
-// offerLocked hands c to the first waiter or puts it in the idle queue.
+// offerLocked hands c to the first waiter or puts it in the idle queue; a worn-out
+// container whose replacement is ready is retired instead, as on release.
 func (p *Pool) offerLocked(c *ctr) {
 	sb := c.sandbox
-	if p.closed {
+	switch {
+	case p.closed:
 		p.retireLocked(c, RetireClosing)
+		return
+	case c.retiring && (len(sb.idle) > 0 || sb.starting == 0):
+		// Back from its reset after its replacement became ready.
+		p.retireLocked(c, RetireMaxUses)
 		return
 	}
 	if front := sb.waiters.Front(); front != nil {
@@ -284,14 +296,21 @@ func (p *Pool) offerLocked(c *ctr) {
 		front.Value.(*waiter).ch <- handoff{c: c}
 		return
 	}
-	c.state = stateIdle
-	c.idleSince = time.Now()
-	if c.retiring {
-		// Worn out, serving only until its replacement is ready: lent last.
-		sb.idle = append([]*ctr{c}, sb.idle...)
-		return
+	if c.state != stateChecking {
+		c.idleSince = time.Now()
 	}
-	sb.idle = append(sb.idle, c)
+	c.state = stateIdle
+	// The queue runs from worn-out containers (serving only until their replacement is
+	// ready: lent last) to the most recently used. One back from a health check keeps
+	// its place, so that the checks keep no idle overflow from its IdleTimeout.
+	i := 0
+	if !c.retiring {
+		i = len(sb.idle)
+		for i > 0 && !sb.idle[i-1].retiring && sb.idle[i-1].idleSince.After(c.idleSince) {
+			i--
+		}
+	}
+	sb.idle = slices.Insert(sb.idle, i, c)
 }
 
 // retireWornLocked retires one idle container that is past MaxUses, now that a new
@@ -367,14 +386,13 @@ func (p *Pool) watch(c *ctr) {
 	<-c.conn.Done()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c.state == stateGone {
-		return
+	switch c.state {
+	case stateGone:
+	case stateInUse:
+		// The lease holder's run sees the end and retires it on release.
+	default:
+		p.retireLocked(c, RetireExited)
 	}
-	reason := RetireExited
-	if c.state == stateInUse {
-		return // the lease holder sees the end and retires it on release
-	}
-	p.retireLocked(c, reason)
 }
 
 // retireLocked takes c out of the pool, removes it in the background and, unless the
@@ -426,78 +444,6 @@ func (p *Pool) refillLocked(sb *sandbox) {
 	}
 }
 
-// maintain replenishes, culls idle overflow and health-checks idle containers.
-func (p *Pool) maintain() {
-	defer p.wg.Done()
-	t := time.NewTicker(maintainInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stopLoop:
-			return
-		case <-t.C:
-		}
-		now := time.Now()
-		p.mu.Lock()
-		for _, sb := range p.sandboxes {
-			// Idle containers above PoolSize go after IdleTimeout, oldest first.
-			for len(sb.idle) > 0 && sb.total > sb.cfg.PoolSize && now.Sub(sb.idle[0].idleSince) > sb.cfg.IdleTimeout {
-				p.retireLocked(sb.idle[0], RetireIdle)
-			}
-			if now.Sub(sb.lastFail) > backoff {
-				p.refillLocked(sb)
-			}
-			for _, c := range append([]*ctr(nil), sb.idle...) {
-				if now.Sub(c.lastCheck) >= p.cfg.HealthInterval {
-					p.checkLocked(c)
-				}
-			}
-		}
-		p.mu.Unlock()
-	}
-}
-
-// backoff is the pause after a failed spawn before the pool replenishes again.
-const backoff = 5 * time.Second
-
-// checkLocked takes an idle container out of the queue and pings it in the background.
-func (p *Pool) checkLocked(c *ctr) {
-	sb := c.sandbox
-	for i, x := range sb.idle {
-		if x == c {
-			sb.idle = append(sb.idle[:i], sb.idle[i+1:]...)
-			break
-		}
-	}
-	c.state = stateChecking
-	p.tendLocked(c, c.conn.Ping, RetireUnhealthy, "idle container failed its health check")
-}
-
-// tendLocked runs op (a ping or a reset) on a container out of circulation, in the
-// background and bounded by ResetTimeout; then offers the container again, or retires
-// it for reason if op failed.
-func (p *Pool) tendLocked(c *ctr, op func(context.Context) error, reason, failure string) {
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		ctx, cancel := context.WithTimeout(p.bg, p.cfg.ResetTimeout)
-		err := op(ctx)
-		cancel()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if c.state == stateGone {
-			return
-		}
-		c.lastCheck = time.Now()
-		if err != nil {
-			p.log.Warn(failure, "container", c.shortID(), "sandbox", c.sandbox.cfg.Name, "err", err)
-			p.retireLocked(c, reason)
-			return
-		}
-		p.offerLocked(c)
-	}()
-}
-
 // release returns a lent container: retired if reason is set, the container is worn
 // out, or the pool is closing; otherwise offered again once the harness has reset
 // (after an execute) or at once (when nothing ran).
@@ -543,7 +489,9 @@ func (p *Pool) release(c *ctr, reason string, ran bool) {
 
 // Close stops the pool: waiting callers get ErrClosed, and every container is
 // removed, checked-out ones included (their leases' Release becomes a no-op). It waits
-// for background work until ctx ends. It is safe to call more than once.
+// for background work, then sweeps Docker for containers of its worker id that the
+// pool lost track of, until ctx ends: then it returns ctx's error while removals
+// under way go on in the background. It is safe to call more than once.
 func (p *Pool) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if !p.closed {
@@ -570,11 +518,16 @@ func (p *Pool) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("sandboxpool: close: %w", ctx.Err())
 	}
-	// A sweep by label catches anything this worker created that the pool lost track of.
-	if n, serr := p.removeByLabel(context.WithoutCancel(ctx), LabelWorker+"="+p.cfg.WorkerID); serr != nil {
-		err = errors.Join(err, serr)
-	} else if n > 0 {
-		p.log.Warn("removed containers the pool had lost track of", "count", n)
+	if err == nil {
+		// A sweep by label catches anything this worker created that the pool lost track of.
+		if n, serr := p.removeByLabel(ctx, LabelWorker+"="+p.cfg.WorkerID); serr != nil {
+			err = serr
+		} else if n > 0 {
+			p.log.Warn("removed containers the pool had lost track of", "count", n)
+		}
+	}
+	if p.ownDocker != nil {
+		p.ownDocker.Close() // its idle connections; it stays usable for a later Close
 	}
 	return err
 }

@@ -164,41 +164,7 @@ func TestTheSeccompProfileRefusesWhatReachesIntoOtherProcesses(t *testing.T) {
 		return run(t, l, script)
 	}
 
-	// The calls the profile denies, as the engine received them: each must have a probe.
-	l := checkout(t, p, "seccomp")
-	id := l.ContainerID()
-	l.Release()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	info, err := docker(t).ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var denied []string
-	for _, opt := range info.Container.HostConfig.SecurityOpt {
-		profile, ok := strings.CutPrefix(opt, "seccomp=")
-		if !ok {
-			continue
-		}
-		var prof struct {
-			Syscalls []struct {
-				Names    []string `json:"names"`
-				Action   string   `json:"action"`
-				ErrnoRet *uint    `json:"errnoRet"`
-			} `json:"syscalls"`
-		}
-		if err := json.Unmarshal([]byte(profile), &prof); err != nil {
-			t.Fatalf("the container's seccomp profile is not JSON: %v", err)
-		}
-		for _, r := range prof.Syscalls {
-			if r.Action == "SCMP_ACT_ERRNO" && r.ErrnoRet != nil && *r.ErrnoRet == uint(syscall.EPERM) {
-				denied = append(denied, r.Names...)
-			}
-		}
-	}
-	if !slices.Contains(denied, "ptrace") {
-		t.Fatalf("the container's security options %.200q deny no ptrace with EPERM", info.Container.HostConfig.SecurityOpt)
-	}
+	denied := deniedCalls(t, p, "seccomp") // each must have a probe
 
 	t.Run("every denied call fails with EPERM", func(t *testing.T) {
 		res := runAlone(t, seccompProbe)
@@ -252,4 +218,45 @@ func TestTheSeccompProfileRefusesWhatReachesIntoOtherProcesses(t *testing.T) {
 			}
 		}
 	})
+}
+
+// deniedCalls are the system calls that a container of the sandbox has its seccomp
+// profile deny with EPERM, as the engine received the profile.
+func deniedCalls(t *testing.T, p *sandboxpool.Pool, name string) []string {
+	t.Helper()
+	l := checkout(t, p, name)
+	id := l.ContainerID()
+	l.Release()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := docker(t).ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied []string
+	for _, opt := range info.Container.HostConfig.SecurityOpt {
+		profile, ok := strings.CutPrefix(opt, "seccomp=")
+		if !ok {
+			continue
+		}
+		var prof struct {
+			Syscalls []struct {
+				Names    []string `json:"names"`
+				Action   string   `json:"action"`
+				ErrnoRet *uint    `json:"errnoRet"`
+			} `json:"syscalls"`
+		}
+		if err := json.Unmarshal([]byte(profile), &prof); err != nil {
+			t.Fatalf("the container's seccomp profile is not JSON: %v", err)
+		}
+		for _, r := range prof.Syscalls {
+			if r.Action == "SCMP_ACT_ERRNO" && r.ErrnoRet != nil && *r.ErrnoRet == uint(syscall.EPERM) {
+				denied = append(denied, r.Names...)
+			}
+		}
+	}
+	if !slices.Contains(denied, "ptrace") {
+		t.Fatalf("the container's security options %.200q deny no ptrace with EPERM", info.Container.HostConfig.SecurityOpt)
+	}
+	return denied
 }

@@ -45,7 +45,7 @@ func (p *Pool) Stats() Stats {
 		s.InUse = sb.inUse
 		s.Starting = sb.starting
 		s.Total = sb.total + sb.retiring
-		s.Busy = sb.total - s.Idle - s.InUse - s.Starting
+		s.Busy = s.Total - s.Idle - s.InUse - s.Starting
 		s.Capacity = sb.cfg.capacity()
 		s.PoolSize = sb.cfg.PoolSize
 		s.Waiting = sb.waiters.Len()
