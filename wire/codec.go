@@ -65,12 +65,7 @@ func EncodeJob(contentType string, j *Job) ([]byte, error) {
 	if j == nil {
 		return nil, errors.New("encode job: nil job")
 	}
-	var b []byte
-	if ct == ContentTypeJSON {
-		b, err = marshalJSON(j)
-	} else {
-		b, err = encodeMsgpack(j)
-	}
+	b, err := encode(ct, j)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s job %s: %w", encodingName(ct), quote(j.ExecutionID), err)
 	}
@@ -91,22 +86,16 @@ func DecodeJob(contentType string, b []byte) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	var j Job
+	var w jobWire
 	if ct == ContentTypeJSON {
-		err = unmarshalJSON(b, &j)
+		err = unmarshalJSON(b, &w.Job) // with the field names of its errors
 	} else {
-		err = decodeMsgpack(b, &j)
+		err = decodeMsgpack(b, jobFields, &w)
 	}
 	if err != nil {
 		return nil, errorf(ErrMalformed, "decode %s job: %w", encodingName(ct), err)
 	}
-	if len(j.RequiredSecrets) == 0 {
-		j.RequiredSecrets = nil
-	}
-	if len(j.Metadata) == 0 {
-		j.Metadata = nil
-	}
-	return &j, nil
+	return w.job(), nil
 }
 
 // EncodeEvent encodes e in the encoding that contentType names (see
@@ -121,22 +110,15 @@ func EncodeEvent(contentType string, e *Event) ([]byte, error) {
 	if e == nil {
 		return nil, errors.New("encode event: nil event")
 	}
-	b, err := encodeEvent(ct, e)
+	w, err := e.toWire(ct)
+	var b []byte
+	if err == nil {
+		b, err = encode(ct, w)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("encode %s %s event %d of execution %s: %w", encodingName(ct), quote(e.Type), e.Seq, quote(e.ExecutionID), err)
 	}
 	return b, nil
-}
-
-func encodeEvent(ct string, e *Event) ([]byte, error) {
-	w, err := e.toWire()
-	if err != nil {
-		return nil, err
-	}
-	if ct == ContentTypeJSON {
-		return marshalJSON(w)
-	}
-	return encodeMsgpack(w)
 }
 
 // DecodeEvent decodes an event in the encoding that contentType names (see
@@ -147,20 +129,19 @@ func DecodeEvent(contentType string, b []byte) (*Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	var w eventWire
-	if ct == ContentTypeJSON {
-		err = unmarshalJSON(b, &w)
-	} else {
-		err = decodeMsgpack(b, &w)
-	}
-	var e *Event
-	if err == nil {
-		e, err = w.toEvent()
-	}
-	if err != nil {
+	e := new(Event)
+	if err := e.decode(ct, b); err != nil {
 		return nil, errorf(ErrMalformed, "decode %s event: %w", encodingName(ct), err)
 	}
 	return e, nil
+}
+
+// encode encodes v, a job or the wire form of an event, as ct says.
+func encode(ct string, v any) ([]byte, error) {
+	if ct == ContentTypeJSON {
+		return marshalJSON(v)
+	}
+	return encodeMsgpack(v)
 }
 
 // marshalJSON encodes v with encoding/json, without escaping <, > and & (the
@@ -188,7 +169,7 @@ func unmarshalJSON(b []byte, ptr any) error {
 		return errors.New("empty input")
 	}
 	if c := trimmed[0]; c != '{' {
-		if isMapCode(c) {
+		if f, _, _ := classify(c); f == fMap {
 			return fmt.Errorf("want a JSON object at the top, got the byte 0x%02x, which starts a msgpack map (is the Content-Type header wrong?)", c)
 		}
 		return fmt.Errorf("want a JSON object at the top, got %s", describeJSON(c))
@@ -222,25 +203,10 @@ func describeJSON(c byte) string {
 	return fmt.Sprintf("the character %q", c)
 }
 
-// describeType names a field type in the words of describeCode.
+// describeType names a field type as the msgpack errors do.
 func describeType(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.Float64:
-		return "a number"
-	case reflect.Int, reflect.Int64:
-		return "an integer"
-	case reflect.Uint64:
-		return "a non-negative integer"
-	case reflect.Slice:
-		return "an array of " + strings.TrimPrefix(describeType(t.Elem()), "a ") + "s"
-	case reflect.Map:
-		return "a map of " + strings.TrimPrefix(describeType(t.Elem()), "a ") + "s"
-	case reflect.Pointer:
-		return describeType(t.Elem())
+	if k := kindOf(t); k < kind(len(kindWords)) && kindWords[k] != "" {
+		return kindWords[k]
 	}
 	return t.String()
 }

@@ -77,8 +77,7 @@ const (
 // [msgpack.CustomEncoder] and [msgpack.CustomDecoder]), so that
 // encoding/json and msgpack read and write the same wire form as
 // [EncodeEvent] and [DecodeEvent] (though json.Marshal escapes <, > and &).
-// The struct tags name the fields. [DecodeEvent] is stricter than
-// msgpack.Unmarshal: it checks the whole input before decoding it.
+// The struct tags name the fields.
 type Event struct {
 	ExecutionID string `json:"execution_id" msgpack:"execution_id"`
 	// Type is one of the Event constants ([EventStarted], ...).
@@ -172,9 +171,18 @@ type eventWire struct {
 	FinalData   value             `json:"final_data,omitzero" msgpack:"final_data,omitempty"`
 }
 
-func (e *Event) toWire() (*eventWire, error) {
+// toWire makes the encoded form of e in the encoding ct names.
+func (e *Event) toWire(ct string) (*eventWire, error) {
 	if y := e.Time.Year(); y < 0 || y > 9999 {
 		return nil, fmt.Errorf("event time %v: the year is outside 0000-9999, which RFC 3339 cannot write", e.Time)
+	}
+	data, err := prepareField(e.Data, "data", ct)
+	if err != nil {
+		return nil, err
+	}
+	finalData, err := prepareField(e.FinalData, "final_data", ct)
+	if err != nil {
+		return nil, err
 	}
 	w := &eventWire{
 		ExecutionID: e.ExecutionID,
@@ -187,14 +195,14 @@ func (e *Event) toWire() (*eventWire, error) {
 		Sandbox:     e.Sandbox,
 		ContainerID: e.ContainerID,
 		Label:       e.Label,
-		Data:        value{e.Data, "data"},
+		Data:        data,
 		Level:       e.Level,
 		Message:     e.Message,
 		Text:        e.Text,
 		Error:       e.Error,
 		Traceback:   e.Traceback,
 		Kind:        e.Kind,
-		FinalData:   value{e.FinalData, "final_data"},
+		FinalData:   finalData,
 	}
 	done := e.Type == EventScriptDone
 	if done || e.Success {
@@ -207,6 +215,15 @@ func (e *Event) toWire() (*eventWire, error) {
 		w.OutputBytes = &e.OutputBytes
 	}
 	return w, nil
+}
+
+// prepareField prepares the value of a data field for encoding (see prepare).
+func prepareField(v any, field, ct string) (value, error) {
+	p, _, err := prepare(v, ct == ContentTypeJSON, 0)
+	if err != nil {
+		return value{}, fmt.Errorf("field %q: %w", field, err)
+	}
+	return value{p, field}, nil
 }
 
 func (w *eventWire) toEvent() (*Event, error) {
@@ -253,7 +270,7 @@ func (w *eventWire) toEvent() (*Event, error) {
 
 // MarshalJSON encodes e as [EncodeEvent] does with [ContentTypeJSON].
 func (e Event) MarshalJSON() ([]byte, error) {
-	w, err := e.toWire()
+	w, err := e.toWire(ContentTypeJSON)
 	if err != nil {
 		return nil, err
 	}
@@ -266,41 +283,47 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil
 	}
-	var w eventWire
-	if err := unmarshalJSON(b, &w); err != nil {
-		return err
-	}
-	ev, err := w.toEvent()
-	if err != nil {
-		return err
-	}
-	*e = *ev
-	return nil
+	return e.decode(ContentTypeJSON, b)
 }
 
 // EncodeMsgpack encodes e as [EncodeEvent] does with [ContentTypeMsgpack]
 // (map keys are sorted only when enc sorts them).
 func (e Event) EncodeMsgpack(enc *msgpack.Encoder) error {
-	w, err := e.toWire()
+	w, err := e.toWire(ContentTypeMsgpack)
 	if err != nil {
 		return err
 	}
 	return enc.Encode(w)
 }
 
-// DecodeMsgpack decodes a msgpack event into e with the field checks of
-// [DecodeEvent], but without its check of the whole input first.
+// DecodeMsgpack decodes a msgpack event into e as [DecodeEvent] does, with
+// the check of the whole event first.
 func (e *Event) DecodeMsgpack(dec *msgpack.Decoder) error {
-	var w eventWire
-	if err := decodeStruct(dec, &w); err != nil {
-		return err
-	}
-	ev, err := w.toEvent()
+	raw, err := dec.DecodeRaw()
 	if err != nil {
 		return err
 	}
-	*e = *ev
-	return nil
+	return e.decode(ContentTypeMsgpack, raw)
+}
+
+// decode decodes b, an event in the encoding ct names, into e, which it
+// leaves as it is on an error.
+func (e *Event) decode(ct string, b []byte) error {
+	var w eventWire
+	var err error
+	if ct == ContentTypeJSON {
+		err = unmarshalJSON(b, &w)
+	} else {
+		err = decodeMsgpack(b, eventFields, &w)
+	}
+	if err != nil {
+		return err
+	}
+	ev, err := w.toEvent()
+	if err == nil {
+		*e = *ev
+	}
+	return err
 }
 
 var (

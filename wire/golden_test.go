@@ -103,6 +103,25 @@ func goldenFile(t *testing.T, name, ct string, got []byte) []byte {
 	return want
 }
 
+// sameJSON reports whether got and want are JSON texts of the same values,
+// numbers written the same (1.0 is not 1): the old encoder wrote the control
+// characters \b and \f of event data as \u0008 and \u000c, encoding/json
+// writes \b and \f, as it always did in the other fields.
+func sameJSON(ct string, got, want []byte) bool {
+	if ct != wire.ContentTypeJSON {
+		return false
+	}
+	decode := func(b []byte) (any, error) {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		var v any
+		return v, dec.Decode(&v)
+	}
+	g, gerr := decode(got)
+	w, werr := decode(want)
+	return gerr == nil && werr == nil && reflect.DeepEqual(g, w)
+}
+
 func TestGoldenJobs(t *testing.T) {
 	for name, j := range goldenJobs {
 		for _, ct := range contentTypes {
@@ -136,7 +155,7 @@ func TestGoldenEvents(t *testing.T) {
 					t.Fatalf("EncodeEvent: %v", err)
 				}
 				want := goldenFile(t, name, ct, got)
-				if !bytes.Equal(got, want) {
+				if !bytes.Equal(got, want) && !sameJSON(ct, got, want) {
 					t.Errorf("EncodeEvent gave\n%q\nthe golden file holds\n%q", got, want)
 				}
 				dec, err := wire.DecodeEvent(ct, want)

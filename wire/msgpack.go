@@ -2,43 +2,35 @@ package wire
 
 import (
 	"bytes"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"maps"
 	"math"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
-// This file holds the msgpack side of the codec. The msgpack library decodes
-// and encodes single values; the structure around them is walked here, so
-// that a bad message gets an error naming its field, and a hostile one
-// cannot make the decoder allocate what the input announces rather than what
-// it holds.
+// The msgpack library encodes and decodes jobs and events by their struct
+// tags. This file holds what it cannot do: check a message as a whole before
+// it is decoded, so that a hostile one cannot make the library allocate the
+// lengths it announces or recurse without bound, and so that a value of the
+// wrong type gets an error naming its field, where the library would convert
+// it silently (a float into an integer field) or name only a Go type.
 
-const (
-	// maxDepth bounds the nesting of arrays and maps in a message, in both
-	// encodings: the same limit as encoding/json.
-	maxDepth = 10000
-
-	// allocHint caps the capacity allocated up front for an array or map
-	// whose length the input announces; longer ones grow as they are read.
-	allocHint = 1024
-)
+// maxDepth bounds the nesting of arrays and maps in a message, in both
+// encodings: the same limit as encoding/json.
+const maxDepth = 10000
 
 // encodeMsgpack encodes v with sorted map keys and compact integers.
 func encodeMsgpack(v any) ([]byte, error) {
 	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(&buf)
 	enc.SetSortMapKeys(true)
 	enc.UseCompactInts(true)
 	if err := enc.Encode(v); err != nil {
@@ -47,675 +39,416 @@ func encodeMsgpack(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// decodeMsgpack checks that b holds exactly one msgpack map (see
-// scanMsgpack) and decodes it into the struct ptr points to.
-func decodeMsgpack(b []byte, ptr any) error {
-	if err := scanMsgpack(b); err != nil {
+// decodeMsgpack checks b with scan against fields, the kinds of the fields of
+// the struct ptr points to, and decodes it into that struct.
+func decodeMsgpack(b []byte, fields map[string]kind, ptr any) error {
+	if err := scan(b, fields); err != nil {
 		return err
 	}
-	return decodeStruct(msgpack.NewDecoder(bytes.NewReader(b)), ptr)
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	dec.Reset(bytes.NewReader(b))
+	dec.UseLooseInterfaceDecoding(true) // int64, uint64, float64 and string in Event.Data
+	return dec.Decode(ptr)
 }
 
-// scanMsgpack walks b without allocating and checks that it holds exactly one
-// msgpack value, that this value is a map, that no string, binary or
-// extension is longer than the bytes left, that no array or map announces
-// more elements than bytes are left (every element takes at least one byte),
-// and that arrays and maps nest at most maxDepth deep. After it, decoding
-// allocates in proportion to len(b), whatever lengths b claims.
-func scanMsgpack(b []byte) error {
+// A kind is what a field of a message may hold, for the checks of scan.
+type kind uint8
+
+const (
+	anyKind       kind = iota // an unknown field or its contents: not checked
+	keyKind                   // a map key: a string
+	stringKind                // string
+	boolKind                  // bool
+	numberKind                // float64
+	intKind                   // int, int64
+	uintKind                  // uint64
+	stringsKind               // []string
+	stringMapKind             // map[string]string
+	valueKind                 // Event.Data: JSON-like values
+)
+
+// kindWords names what a kind wants, in error messages of both encodings.
+var kindWords = [...]string{
+	stringKind: "a string", boolKind: "a boolean", numberKind: "a number", intKind: "an integer",
+	uintKind: "a non-negative integer", stringsKind: "an array of strings", stringMapKind: "a map of strings",
+}
+
+var (
+	jobFields   = fieldKinds(reflect.TypeFor[Job]())
+	eventFields = fieldKinds(reflect.TypeFor[eventWire]())
+)
+
+// fieldKinds maps the msgpack name of each field of struct type t to its kind.
+func fieldKinds(t reflect.Type) map[string]kind {
+	m := make(map[string]kind, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("msgpack"), ",")
+		if m[name] = kindOf(t.Field(i).Type); m[name] == anyKind {
+			panic("wire: no kind for field " + name + " of type " + t.Field(i).Type.String())
+		}
+	}
+	return m
+}
+
+func kindOf(t reflect.Type) kind {
+	if t == reflect.TypeFor[value]() {
+		return valueKind
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return kindOf(t.Elem())
+	case reflect.String:
+		return stringKind
+	case reflect.Bool:
+		return boolKind
+	case reflect.Float64:
+		return numberKind
+	case reflect.Int, reflect.Int64:
+		return intKind
+	case reflect.Uint64:
+		return uintKind
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.String {
+			return stringsKind
+		}
+	case reflect.Map:
+		if t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.String {
+			return stringMapKind
+		}
+	}
+	return anyKind
+}
+
+// scan walks b without allocating and checks that it holds exactly one
+// msgpack value, a map; that no string, binary or extension is longer than
+// the bytes left, and no array or map announces more elements than bytes are
+// left (every element takes at least one byte); that arrays and maps nest at
+// most maxDepth deep; and that the known fields (those in fields) hold what
+// their kinds allow, as strictly as encoding/json would: no integer from a
+// float, no string that is not UTF-8, no NaN. After it, the library
+// allocates in proportion to len(b), whatever lengths b announces.
+//
+// An error in the structure of b wins over an error in the type of a field,
+// wherever the two are.
+func scan(b []byte, fields map[string]kind) error {
 	if len(b) == 0 {
 		return errors.New("empty input")
 	}
-	if c := b[0]; !isMapCode(c) {
-		if c == '{' {
+	if f, _, _ := classify(b[0]); f != fMap {
+		if b[0] == '{' {
 			return errors.New("want a map at the top, got the byte '{', which starts a JSON object (is the Content-Type header wrong?)")
 		}
-		return fmt.Errorf("want a map at the top, got %s", describeCode(c))
+		return fmt.Errorf("want a map at the top, got %s", describeCode(b[0]))
 	}
+	s := scanner{b: b, fields: fields}
+	err := s.value(anyKind, 0)
+	if err == nil && s.pos != len(b) {
+		return fmt.Errorf("at byte %d: %d bytes of trailing data after the message", s.pos, len(b)-s.pos)
+	}
+	if s.badType {
+		if structural := scan(b, nil); structural != nil {
+			return structural
+		}
+		slices.Reverse(s.path)
+		return fmt.Errorf("%s%w", strings.Join(s.path, ""), err)
+	}
+	return err
+}
 
-	var (
-		pos   int
-		left  = 1   // values still to read in the innermost open container
-		stack []int // values left in the enclosing containers
-	)
-	for {
-		start := pos
-		c := b[pos]
-		pos++
+// scanner is the state of scan.
+type scanner struct {
+	b       []byte
+	pos     int
+	fields  map[string]kind // of the top-level map; nil checks no types
+	data    []byte          // the data of the last value, such as the bytes of a string
+	badType bool            // the error is about a type, not the structure
+	path    []string        // where the type error is, from the inside out
+}
 
-		var (
-			payload uint64 // bytes that follow the code and length
-			n       uint64 // values inside, for an array or map
-			lenSize int    // bytes of the length field
-		)
-		switch {
-		case msgpcode.IsFixedNum(c), c == msgpcode.Nil, c == msgpcode.False, c == msgpcode.True:
-		case msgpcode.IsFixedMap(c):
-			n = 2 * uint64(c&msgpcode.FixedMapMask)
-		case msgpcode.IsFixedArray(c):
-			n = uint64(c & msgpcode.FixedArrayMask)
-		case msgpcode.IsFixedString(c):
-			payload = uint64(c & msgpcode.FixedStrMask)
-		case c == msgpcode.Uint8, c == msgpcode.Int8:
-			payload = 1
-		case c == msgpcode.Uint16, c == msgpcode.Int16:
-			payload = 2
-		case c == msgpcode.Uint32, c == msgpcode.Int32, c == msgpcode.Float:
-			payload = 4
-		case c == msgpcode.Uint64, c == msgpcode.Int64, c == msgpcode.Double:
-			payload = 8
-		case c == msgpcode.FixExt1:
-			payload = 1 + 1 // type byte and data
-		case c == msgpcode.FixExt2:
-			payload = 1 + 2
-		case c == msgpcode.FixExt4:
-			payload = 1 + 4
-		case c == msgpcode.FixExt8:
-			payload = 1 + 8
-		case c == msgpcode.FixExt16:
-			payload = 1 + 16
-		case c == msgpcode.Str8, c == msgpcode.Bin8, c == msgpcode.Ext8:
-			lenSize = 1
-		case c == msgpcode.Str16, c == msgpcode.Bin16, c == msgpcode.Ext16, c == msgpcode.Array16, c == msgpcode.Map16:
-			lenSize = 2
-		case c == msgpcode.Str32, c == msgpcode.Bin32, c == msgpcode.Ext32, c == msgpcode.Array32, c == msgpcode.Map32:
-			lenSize = 4
-		default:
-			return fmt.Errorf("at byte %d: 0x%02x is not a msgpack type code", start, c)
+// value checks the value at s.pos, of kind k, inside depth arrays and maps.
+func (s *scanner) value(k kind, depth int) error {
+	start := s.pos
+	if start == len(s.b) {
+		return truncated(start)
+	}
+	c := s.b[start]
+	f, size, lenSize := classify(c)
+	if f == fInvalid {
+		return fmt.Errorf("at byte %d: 0x%02x is not a msgpack type code", start, c)
+	}
+	s.pos++
+	if lenSize > 0 {
+		if len(s.b)-s.pos < lenSize {
+			return truncated(start)
 		}
-
-		if lenSize > 0 {
-			if len(b)-pos < lenSize {
-				return truncated(start)
-			}
-			var l uint64
-			switch lenSize {
-			case 1:
-				l = uint64(b[pos])
-			case 2:
-				l = uint64(binary.BigEndian.Uint16(b[pos:]))
-			case 4:
-				l = uint64(binary.BigEndian.Uint32(b[pos:]))
-			}
-			pos += lenSize
-			switch c {
-			case msgpcode.Array16, msgpcode.Array32:
-				n = l
-			case msgpcode.Map16, msgpcode.Map32:
-				n = 2 * l
-			case msgpcode.Ext8, msgpcode.Ext16, msgpcode.Ext32:
-				payload = 1 + l
-			default:
-				payload = l
-			}
+		size += uintOf(s.b[s.pos : s.pos+lenSize])
+		s.pos += lenSize
+	}
+	n := uint64(0) // values inside
+	if f == fArray || f == fMap {
+		n, size = size<<(f-fArray), 0 // a map holds a key and a value for each entry
+	}
+	if rest := uint64(len(s.b) - s.pos); size > rest {
+		return fmt.Errorf("at byte %d: %s of %d bytes runs past the end of the input (%d left): the message is truncated", start, describeCode(c), size, rest)
+	} else if n > rest {
+		what := fmt.Sprintf("an array of %d elements", n)
+		if f == fMap {
+			what = fmt.Sprintf("a map of %d entries", n/2)
 		}
-
-		rest := uint64(len(b) - pos)
-		if payload > rest {
-			return fmt.Errorf("at byte %d: %s of %d bytes runs past the end of the input (%d left): the message is truncated", start, describeCode(c), payload, rest)
-		}
-		pos += int(payload)
-		if n > rest {
-			what := fmt.Sprintf("an array of %d elements", n)
-			if isMapCode(c) {
-				what = fmt.Sprintf("a map of %d entries", n/2)
-			}
-			return fmt.Errorf("at byte %d: %s cannot fit in the %d bytes left: the message is truncated or the length is wrong", start, what, rest)
-		}
-
-		left--
-		if n > 0 {
-			if len(stack) >= maxDepth {
-				return fmt.Errorf("at byte %d: arrays and maps nest deeper than %d levels", start, maxDepth)
-			}
-			stack = append(stack, left)
-			left = int(n)
-		}
-		for left == 0 && len(stack) > 0 {
-			left = stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-		}
-		if left == 0 {
-			break
-		}
-		if pos == len(b) {
-			return truncated(pos)
+		return fmt.Errorf("at byte %d: %s cannot fit in the %d bytes left: the message is truncated or the length is wrong", start, what, rest)
+	}
+	s.data = s.b[s.pos : s.pos+int(size)]
+	s.pos += int(size)
+	if k != anyKind {
+		if err := check(k, f, c, s.data); err != nil {
+			s.badType = true
+			return err
 		}
 	}
-	if pos != len(b) {
-		return fmt.Errorf("at byte %d: %d bytes of trailing data after the message", pos, len(b)-pos)
+	switch {
+	case n == 0:
+		return nil
+	case depth >= maxDepth:
+		return fmt.Errorf("at byte %d: arrays and maps nest deeper than %d levels", start, maxDepth)
+	case f == fArray:
+		return s.elements(k, int(n), depth+1)
+	}
+	return s.entries(k, int(n/2), depth+1, depth == 0 && s.fields != nil)
+}
+
+// elements checks the n elements of an array of kind k.
+func (s *scanner) elements(k kind, n, depth int) error {
+	elem, where := anyKind, "[%d]: "
+	switch k {
+	case stringsKind:
+		elem, where = stringKind, "element %d: "
+	case valueKind:
+		elem = valueKind
+	}
+	for i := range n {
+		if err := s.value(elem, depth); err != nil {
+			return s.at(err, where, i)
+		}
 	}
 	return nil
+}
+
+// entries checks the n entries of a map of kind k; top is the map of the
+// message, whose values have the kinds of s.fields.
+func (s *scanner) entries(k kind, n, depth int, top bool) error {
+	key, elem, where := anyKind, anyKind, "[%s]: "
+	switch {
+	case top:
+		key, where = keyKind, "field %s: "
+	case k == stringMapKind:
+		key, elem, where = keyKind, stringKind, "key %s: "
+	case k == valueKind:
+		key, elem = keyKind, valueKind
+	}
+	for i := range n {
+		if err := s.value(key, depth); err != nil {
+			return s.at(err, "key %d: ", i)
+		}
+		name := s.data
+		if top {
+			elem = s.fields[string(name)]
+		}
+		if err := s.value(elem, depth); err != nil {
+			return s.at(err, where, quote(string(name)))
+		}
+	}
+	return nil
+}
+
+// at notes where the type error err is, for scan to put in front of it once
+// (wrapping it at each level would take time in the square of the depth);
+// an error in the structure says where it is already.
+func (s *scanner) at(err error, format string, where any) error {
+	if s.badType {
+		s.path = append(s.path, fmt.Sprintf(format, where))
+	}
+	return err
+}
+
+// check checks that a value of format f, code c and data holds what kind k
+// allows. Nil is allowed everywhere but in a map key: it leaves a field empty.
+func check(k kind, f format, c byte, data []byte) error {
+	if f == fNil && k != keyKind {
+		return nil
+	}
+	var ok bool
+	switch k {
+	case keyKind:
+		if f != fStr && f != fBin {
+			return fmt.Errorf("map keys must be strings, got %s", formatNames[f])
+		}
+		ok = true
+	case stringKind:
+		ok = f == fStr || f == fBin
+	case boolKind:
+		ok = f == fBool
+	case numberKind:
+		ok = f == fInt || f == fUint || f == fFloat
+	case intKind:
+		if f == fUint && uintOf(data) > math.MaxInt64 {
+			return fmt.Errorf("%d is too large for a signed 64-bit integer", uintOf(data))
+		}
+		ok = f == fInt || f == fUint
+	case uintKind:
+		if f == fInt && intOf(c, data) < 0 {
+			return fmt.Errorf("%d is negative, want a non-negative integer", intOf(c, data))
+		}
+		ok = f == fInt || f == fUint
+	case stringsKind, stringMapKind:
+		ok = f == fArray && k == stringsKind || f == fMap && k == stringMapKind
+	case valueKind:
+		if f == fExt {
+			return fmt.Errorf("got %s, which JSON cannot carry", formatNames[f])
+		}
+		ok = true
+	}
+	switch {
+	case !ok:
+		return fmt.Errorf("want %s, got %s", kindWords[k], formatNames[f])
+	case f == fFloat:
+		x := math.Float64frombits(uintOf(data))
+		if c == msgpcode.Float {
+			x = float64(math.Float32frombits(uint32(uintOf(data))))
+		}
+		if !isFinite(x) {
+			return fmt.Errorf("%v is not a number JSON can carry", x)
+		}
+	case (f == fStr || f == fBin) && !utf8.Valid(data):
+		return fmt.Errorf("string %s is not valid UTF-8", quote(string(data)))
+	}
+	return nil
+}
+
+// A format is the msgpack type of a value, as the code that starts it says.
+type format uint8
+
+const (
+	fInvalid format = iota
+	fNil
+	fBool
+	fInt // signed: a fixnum or int8 to int64
+	fUint
+	fFloat
+	fStr
+	fBin
+	fExt
+	fArray // fMap must follow
+	fMap
+)
+
+var formatNames = [...]string{fNil: "nil", fBool: "a boolean", fInt: "an integer", fUint: "an integer", fFloat: "a float",
+	fStr: "a string", fBin: "binary data", fExt: "an extension type", fArray: "an array", fMap: "a map"}
+
+// classify says what code c starts: its format and how long it is. size is
+// the number of data bytes after the code, or, for an array or a map, of
+// entries; lenSize, when not zero, is the number of bytes after the code that
+// hold a length to add to size.
+func classify(c byte) (f format, size uint64, lenSize int) {
+	switch {
+	case msgpcode.IsFixedNum(c):
+		return fInt, 0, 0
+	case msgpcode.IsFixedMap(c):
+		return fMap, uint64(c & msgpcode.FixedMapMask), 0
+	case msgpcode.IsFixedArray(c):
+		return fArray, uint64(c & msgpcode.FixedArrayMask), 0
+	case msgpcode.IsFixedString(c):
+		return fStr, uint64(c & msgpcode.FixedStrMask), 0
+	case c == msgpcode.Nil:
+		return fNil, 0, 0
+	case c == msgpcode.False || c == msgpcode.True:
+		return fBool, 0, 0
+	case c == msgpcode.Float || c == msgpcode.Double:
+		return fFloat, 4 << (c - msgpcode.Float), 0
+	case c >= msgpcode.Uint8 && c <= msgpcode.Uint64:
+		return fUint, 1 << (c - msgpcode.Uint8), 0
+	case c >= msgpcode.Int8 && c <= msgpcode.Int64:
+		return fInt, 1 << (c - msgpcode.Int8), 0
+	case c >= msgpcode.FixExt1 && c <= msgpcode.FixExt16:
+		return fExt, 1 + 1<<(c-msgpcode.FixExt1), 0 // a type byte and the data
+	case c >= msgpcode.Ext8 && c <= msgpcode.Ext32:
+		return fExt, 1, 1 << (c - msgpcode.Ext8)
+	case c >= msgpcode.Bin8 && c <= msgpcode.Bin32:
+		return fBin, 0, 1 << (c - msgpcode.Bin8)
+	case c >= msgpcode.Str8 && c <= msgpcode.Str32:
+		return fStr, 0, 1 << (c - msgpcode.Str8)
+	case c == msgpcode.Array16 || c == msgpcode.Array32:
+		return fArray, 0, 2 << (c - msgpcode.Array16)
+	case c == msgpcode.Map16 || c == msgpcode.Map32:
+		return fMap, 0, 2 << (c - msgpcode.Map16)
+	}
+	return fInvalid, 0, 0
+}
+
+// describeCode names the msgpack type of code c for an error message.
+func describeCode(c byte) string {
+	if f, _, _ := classify(c); f != fInvalid {
+		return formatNames[f]
+	}
+	return fmt.Sprintf("the invalid code 0x%02x", c)
+}
+
+// uintOf reads a big-endian unsigned integer of 1, 2, 4 or 8 bytes.
+func uintOf(b []byte) uint64 {
+	var u uint64
+	for _, c := range b {
+		u = u<<8 | uint64(c)
+	}
+	return u
+}
+
+// intOf reads the signed integer of code c (a fixnum or int8 to int64).
+func intOf(c byte, data []byte) int64 {
+	if msgpcode.IsFixedNum(c) {
+		return int64(int8(c))
+	}
+	shift := 64 - 8*len(data)
+	return int64(uintOf(data)<<shift) >> shift
 }
 
 func truncated(pos int) error {
 	return fmt.Errorf("at byte %d: unexpected end of input: the message is truncated", pos)
 }
 
-// structFields maps a struct type to the index of each field by its msgpack
-// name.
-var structFields sync.Map // reflect.Type -> map[string]int
-
-func fieldsOf(t reflect.Type) map[string]int {
-	if f, ok := structFields.Load(t); ok {
-		return f.(map[string]int)
-	}
-	m := make(map[string]int, t.NumField())
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("msgpack"), ",")
-		if name != "" && name != "-" {
-			m[name] = i
-		}
-	}
-	structFields.Store(t, m)
-	return m
+// jobWire decodes a job. In msgpack, its timeout_sec shadows the Job's and
+// decodes as a number, where the library would wrap an unsigned integer
+// above math.MaxInt64 around to a negative float. JSON decodes into the Job.
+type jobWire struct {
+	TimeoutSec number `msgpack:"timeout_sec"`
+	Job        `msgpack:",inline"`
 }
 
-// decodeStruct decodes a msgpack map into the struct ptr points to, field by
-// field by msgpack tag name. Unknown keys are skipped; nil leaves a field at
-// its zero value, as null does in JSON.
-func decodeStruct(dec *msgpack.Decoder, ptr any) error {
-	v := reflect.ValueOf(ptr).Elem()
-	fields := fieldsOf(v.Type())
-
-	c, err := peek(dec)
-	if err != nil {
-		return err
+func (w *jobWire) job() *Job {
+	j := &w.Job
+	if w.TimeoutSec != 0 {
+		j.TimeoutSec = float64(w.TimeoutSec)
 	}
-	if c == msgpcode.Nil {
-		return dec.DecodeNil()
+	if len(j.RequiredSecrets) == 0 {
+		j.RequiredSecrets = nil
 	}
-	if !isMapCode(c) {
-		return fmt.Errorf("want a map, got %s", describeCode(c))
+	if len(j.Metadata) == 0 {
+		j.Metadata = nil
 	}
-	n, err := dec.DecodeMapLen()
-	if err != nil {
-		return eofError(err)
-	}
-	for i := range n {
-		key, err := decodeKey(dec)
-		if err != nil {
-			return fmt.Errorf("key %d: %w", i, err)
-		}
-		idx, ok := fields[key]
-		if !ok {
-			if err := skipValue(dec, 1); err != nil {
-				return fmt.Errorf("field %s: %w", quote(key), err)
-			}
-			continue
-		}
-		if err := decodeField(dec, v.Field(idx)); err != nil {
-			return fmt.Errorf("field %s: %w", quote(key), err)
-		}
-	}
-	return nil
+	return j
 }
 
-// decodeField decodes one value into f, checking that its msgpack type fits
-// f's Go type.
-func decodeField(dec *msgpack.Decoder, f reflect.Value) error {
-	if d, ok := f.Addr().Interface().(msgpack.CustomDecoder); ok {
-		return d.DecodeMsgpack(dec)
-	}
-	c, err := peek(dec)
-	if err != nil {
-		return err
-	}
-	if c == msgpcode.Nil {
-		f.SetZero()
-		return dec.DecodeNil()
-	}
+// number is a float64 that decodes from any msgpack integer as it is.
+type number float64
 
-	switch t := f.Type(); t.Kind() {
-	case reflect.String:
-		s, err := decodeString(dec, c)
-		if err != nil {
-			return err
-		}
-		f.SetString(s)
-
-	case reflect.Bool:
-		if c != msgpcode.True && c != msgpcode.False {
-			return wantError("a boolean", c)
-		}
-		b, err := dec.DecodeBool()
-		if err != nil {
-			return eofError(err)
-		}
-		f.SetBool(b)
-
-	case reflect.Float64:
-		var x float64
-		switch {
-		case isUintCode(c): // DecodeFloat64 would wrap those above math.MaxInt64
-			var u uint64
-			u, err = dec.DecodeUint64()
-			x = float64(u)
-		case isIntCode(c), c == msgpcode.Float, c == msgpcode.Double:
-			x, err = dec.DecodeFloat64()
-		default:
-			return wantError("a number", c)
-		}
-		if err != nil {
-			return eofError(err)
-		}
-		if !isFinite(x) {
-			return fmt.Errorf("%v is not a number JSON can carry", x)
-		}
-		f.SetFloat(x)
-
-	case reflect.Int, reflect.Int64:
-		var x int64
-		switch {
-		case isIntCode(c):
-			x, err = dec.DecodeInt64()
-		case isUintCode(c):
-			var u uint64
-			u, err = dec.DecodeUint64()
-			if err == nil && u > math.MaxInt64 {
-				return fmt.Errorf("%d is too large for a signed 64-bit integer", u)
-			}
-			x = int64(u)
-		default:
-			return wantError("an integer", c)
-		}
-		if err != nil {
-			return eofError(err)
-		}
-		if f.OverflowInt(x) {
-			return fmt.Errorf("%d is too large for %s", x, t)
-		}
-		f.SetInt(x)
-
-	case reflect.Uint64:
-		var x uint64
-		switch {
-		case isUintCode(c):
-			x, err = dec.DecodeUint64()
-		case isIntCode(c):
-			var i int64
-			i, err = dec.DecodeInt64()
-			if err == nil && i < 0 {
-				return fmt.Errorf("%d is negative, want a non-negative integer", i)
-			}
-			x = uint64(i)
-		default:
-			return wantError("a non-negative integer", c)
-		}
-		if err != nil {
-			return eofError(err)
-		}
-		f.SetUint(x)
-
-	case reflect.Pointer:
-		p := reflect.New(t.Elem())
-		if err := decodeField(dec, p.Elem()); err != nil {
-			return err
-		}
-		f.Set(p)
-
-	case reflect.Slice:
-		if t.Elem().Kind() != reflect.String {
-			return fmt.Errorf("internal error: cannot decode into %s", t)
-		}
-		if !isArrayCode(c) {
-			return wantError("an array of strings", c)
-		}
-		n, err := dec.DecodeArrayLen()
-		if err != nil {
-			return eofError(err)
-		}
-		s := make([]string, 0, min(n, allocHint))
-		for i := range n {
-			var e string
-			c, err := peek(dec)
-			if err != nil {
-				return err
-			}
-			if c == msgpcode.Nil {
-				err = dec.DecodeNil()
-			} else {
-				e, err = decodeString(dec, c)
-			}
-			if err != nil {
-				return fmt.Errorf("element %d: %w", i, err)
-			}
-			s = append(s, e)
-		}
-		f.Set(reflect.ValueOf(s).Convert(t))
-
-	case reflect.Map:
-		if t.Key().Kind() != reflect.String || t.Elem().Kind() != reflect.String {
-			return fmt.Errorf("internal error: cannot decode into %s", t)
-		}
-		if !isMapCode(c) {
-			return wantError("a map of strings", c)
-		}
-		n, err := dec.DecodeMapLen()
-		if err != nil {
-			return eofError(err)
-		}
-		m := make(map[string]string, min(n, allocHint))
-		for i := range n {
-			k, err := decodeKey(dec)
-			if err != nil {
-				return fmt.Errorf("key %d: %w", i, err)
-			}
-			c, err := peek(dec)
-			if err != nil {
-				return err
-			}
-			var v string
-			if c == msgpcode.Nil {
-				err = dec.DecodeNil()
-			} else {
-				v, err = decodeString(dec, c)
-			}
-			if err != nil {
-				return fmt.Errorf("key %s: %w", quote(k), err)
-			}
-			m[k] = v
-		}
-		f.Set(reflect.ValueOf(m).Convert(t))
-
-	default:
-		return fmt.Errorf("internal error: cannot decode into %s", t)
-	}
-	return nil
-}
-
-// decodeValue decodes any msgpack value into the generic values of
-// Event.Data: nil, bool, string, int64, uint64 (above math.MaxInt64 only),
-// float64, []any and map[string]any.
-func decodeValue(dec *msgpack.Decoder, depth int) (any, error) {
-	if depth > maxDepth {
-		return nil, fmt.Errorf("arrays and maps nest deeper than %d levels", maxDepth)
-	}
-	c, err := peek(dec)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case c == msgpcode.Nil:
-		return nil, dec.DecodeNil()
-	case c == msgpcode.True || c == msgpcode.False:
-		b, err := dec.DecodeBool()
-		return b, eofError(err)
-	case isIntCode(c):
-		i, err := dec.DecodeInt64()
-		return i, eofError(err)
-	case isUintCode(c):
-		u, err := dec.DecodeUint64()
-		if err != nil {
-			return nil, eofError(err)
-		}
-		if u <= math.MaxInt64 {
-			return int64(u), nil
-		}
-		return u, nil
-	case c == msgpcode.Float || c == msgpcode.Double:
-		x, err := dec.DecodeFloat64()
-		if err != nil {
-			return nil, eofError(err)
-		}
-		if !isFinite(x) {
-			return nil, fmt.Errorf("%v is not a number JSON can carry", x)
-		}
-		return x, nil
-	case msgpcode.IsString(c) || msgpcode.IsBin(c):
-		s, err := decodeString(dec, c)
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
-	case isArrayCode(c):
-		n, err := dec.DecodeArrayLen()
-		if err != nil {
-			return nil, eofError(err)
-		}
-		s := make([]any, 0, min(n, allocHint))
-		for i := range n {
-			v, err := decodeValue(dec, depth+1)
-			if err != nil {
-				return nil, fmt.Errorf("[%d]: %w", i, err)
-			}
-			s = append(s, v)
-		}
-		return s, nil
-	case isMapCode(c):
-		n, err := dec.DecodeMapLen()
-		if err != nil {
-			return nil, eofError(err)
-		}
-		m := make(map[string]any, min(n, allocHint))
-		for i := range n {
-			k, err := decodeKey(dec)
-			if err != nil {
-				return nil, fmt.Errorf("key %d: %w", i, err)
-			}
-			v, err := decodeValue(dec, depth+1)
-			if err != nil {
-				return nil, fmt.Errorf("[%s]: %w", quote(k), err)
-			}
-			m[k] = v
-		}
-		return m, nil
-	default:
-		return nil, fmt.Errorf("got %s, which JSON cannot carry", describeCode(c))
-	}
-}
-
-// encodeValue encodes a value of Event.Data (see decodeValue) with sorted map
-// keys, converting json.RawMessage and json.Number into the values they hold.
-// Values of other types are left to the msgpack library.
-func encodeValue(enc *msgpack.Encoder, v any, depth int) error {
-	if depth > maxDepth {
-		return fmt.Errorf("arrays and maps nest deeper than %d levels", maxDepth)
-	}
+func (n *number) DecodeMsgpack(dec *msgpack.Decoder) error {
+	v, err := dec.DecodeInterfaceLoose()
 	switch v := v.(type) {
-	case nil:
-		return enc.EncodeNil()
-	case bool:
-		return enc.EncodeBool(v)
-	case string:
-		return enc.EncodeString(v)
-	case int:
-		return enc.EncodeInt(int64(v))
-	case int8:
-		return enc.EncodeInt(int64(v))
-	case int16:
-		return enc.EncodeInt(int64(v))
-	case int32:
-		return enc.EncodeInt(int64(v))
-	case int64:
-		return enc.EncodeInt(v)
-	case uint:
-		return enc.EncodeUint(uint64(v))
-	case uint8:
-		return enc.EncodeUint(uint64(v))
-	case uint16:
-		return enc.EncodeUint(uint64(v))
-	case uint32:
-		return enc.EncodeUint(uint64(v))
 	case uint64:
-		return enc.EncodeUint(v)
-	case float32:
-		if !isFinite(float64(v)) {
-			return fmt.Errorf("%v is not a number JSON can carry", v)
-		}
-		return enc.EncodeFloat32(v)
+		*n = number(v)
+	case int64:
+		*n = number(v)
 	case float64:
-		if !isFinite(v) {
-			return fmt.Errorf("%v is not a number JSON can carry", v)
-		}
-		return enc.EncodeFloat64(v)
-	case []any:
-		if v == nil {
-			return enc.EncodeNil()
-		}
-		if err := enc.EncodeArrayLen(len(v)); err != nil {
-			return err
-		}
-		for _, e := range v {
-			if err := encodeValue(enc, e, depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
-	case map[string]any:
-		if v == nil {
-			return enc.EncodeNil()
-		}
-		if err := enc.EncodeMapLen(len(v)); err != nil {
-			return err
-		}
-		for _, k := range slices.Sorted(maps.Keys(v)) {
-			if err := enc.EncodeString(k); err != nil {
-				return err
-			}
-			if err := encodeValue(enc, v[k], depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
-	case json.Number:
-		n, err := parseNumber(string(v))
-		if err != nil {
-			return err
-		}
-		return encodeValue(enc, n, depth)
-	case json.RawMessage:
-		if len(v) == 0 {
-			return enc.EncodeNil()
-		}
-		if !utf8.Valid(v) {
-			return errors.New("raw JSON data is not valid UTF-8")
-		}
-		x, err := decodeJSONValue(v)
-		if err != nil {
-			return fmt.Errorf("raw JSON data: %w", err)
-		}
-		return encodeValue(enc, x, depth)
-	default:
-		return enc.Encode(v)
-	}
-}
-
-// skipValue skips one value, like Decoder.Skip but with a bound on nesting.
-func skipValue(dec *msgpack.Decoder, depth int) error {
-	if depth > maxDepth {
-		return fmt.Errorf("arrays and maps nest deeper than %d levels", maxDepth)
-	}
-	c, err := peek(dec)
-	if err != nil {
-		return err
-	}
-	var n int
-	switch {
-	case isArrayCode(c):
-		if n, err = dec.DecodeArrayLen(); err != nil {
-			return eofError(err)
-		}
-	case isMapCode(c):
-		if n, err = dec.DecodeMapLen(); err != nil {
-			return eofError(err)
-		}
-		n *= 2
-	default:
-		return eofError(dec.Skip())
-	}
-	for range n {
-		if err := skipValue(dec, depth+1); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// decodeString decodes a msgpack string or binary (whose code c the caller
-// peeked) that must be valid UTF-8.
-func decodeString(dec *msgpack.Decoder, c byte) (string, error) {
-	if !msgpcode.IsString(c) && !msgpcode.IsBin(c) {
-		return "", wantError("a string", c)
-	}
-	s, err := dec.DecodeString()
-	if err != nil {
-		return "", eofError(err)
-	}
-	if !utf8.ValidString(s) {
-		return "", fmt.Errorf("string %s is not valid UTF-8", quote(s))
-	}
-	return s, nil
-}
-
-// decodeKey decodes a map key, which must be a string.
-func decodeKey(dec *msgpack.Decoder) (string, error) {
-	c, err := peek(dec)
-	if err != nil {
-		return "", err
-	}
-	if !msgpcode.IsString(c) && !msgpcode.IsBin(c) {
-		return "", fmt.Errorf("map keys must be strings, got %s", describeCode(c))
-	}
-	return decodeString(dec, c)
-}
-
-func peek(dec *msgpack.Decoder) (byte, error) {
-	c, err := dec.PeekCode()
-	return c, eofError(err)
-}
-
-// eofError turns the io errors of a short input into a readable one.
-func eofError(err error) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return errors.New("unexpected end of input: the message is truncated")
+		*n = number(v)
 	}
 	return err
-}
-
-func wantError(want string, c byte) error {
-	return fmt.Errorf("want %s, got %s", want, describeCode(c))
-}
-
-func isMapCode(c byte) bool {
-	return msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32
-}
-
-func isArrayCode(c byte) bool {
-	return msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32
-}
-
-// isIntCode reports a signed integer: a fixnum or int8 to int64.
-func isIntCode(c byte) bool {
-	return msgpcode.IsFixedNum(c) || c >= msgpcode.Int8 && c <= msgpcode.Int64
-}
-
-func isUintCode(c byte) bool {
-	return c >= msgpcode.Uint8 && c <= msgpcode.Uint64
-}
-
-// describeCode names the msgpack type of code c for an error message.
-func describeCode(c byte) string {
-	switch {
-	case c == msgpcode.Nil:
-		return "nil"
-	case c == msgpcode.True || c == msgpcode.False:
-		return "a boolean"
-	case isIntCode(c) || isUintCode(c):
-		return "an integer"
-	case c == msgpcode.Float || c == msgpcode.Double:
-		return "a float"
-	case msgpcode.IsString(c):
-		return "a string"
-	case msgpcode.IsBin(c):
-		return "binary data"
-	case isArrayCode(c):
-		return "an array"
-	case isMapCode(c):
-		return "a map"
-	case msgpcode.IsExt(c):
-		return "an extension type"
-	default:
-		return fmt.Sprintf("the invalid code 0x%02x", c)
-	}
 }
