@@ -90,6 +90,22 @@ func resolveSpec(name string, in *specYAML, dir string) (*Spec, []error) {
 		s.Wheels = wheels
 	}
 
+	errs = append(errs, checkEnv(s)...)
+	errs = append(errs, resolveNetwork(s, in.Network)...)
+
+	s.Mounts, err = resolveMounts(in.Mounts)
+	if err != nil {
+		errs = append(errs, err)
+	}
+
+	s.Resources, s.Pool = resolveLimits(&errs, in.Resources, in.Pool)
+	return s, errs
+}
+
+// checkEnv checks the names of the secrets and the environment: valid, and none twice.
+func checkEnv(s *Spec) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	seen := map[string]string{}
 	for _, n := range s.Secrets {
 		if err := checkEnvName(n); err != nil {
@@ -107,12 +123,19 @@ func resolveSpec(name string, in *specYAML, dir string) (*Spec, []error) {
 		}
 	}
 
+	return errs
+}
+
+// resolveNetwork checks the egress allowlist and the private ranges it may reach.
+func resolveNetwork(s *Spec, in networkYAML) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	for _, h := range s.Network.AllowedHosts {
 		if err := checkHostPort(h); err != nil {
 			bad("network.allowed_hosts: %w", err)
 		}
 	}
-	for i, n := range in.Network.PrivateRanges {
+	for i, n := range in.PrivateRanges {
 		if n.Kind != yaml.ScalarNode {
 			bad("line %d: network.private_ranges[%d]: must be a CIDR prefix like 10.20.0.0/16", n.Line, i)
 			continue
@@ -123,33 +146,31 @@ func resolveSpec(name string, in *specYAML, dir string) (*Spec, []error) {
 		}
 		s.Network.PrivateRanges = append(s.Network.PrivateRanges, n.Value)
 	}
-	if len(in.Network.PrivateRanges) > 0 && len(s.Network.AllowedHosts) == 0 {
-		bad("line %d: network.private_ranges: set without network.allowed_hosts, it opens nothing: the sandbox has no way out", in.Network.PrivateRanges[0].Line)
+	if len(in.PrivateRanges) > 0 && len(s.Network.AllowedHosts) == 0 {
+		bad("line %d: network.private_ranges: set without network.allowed_hosts, it opens nothing: the sandbox has no way out", in.PrivateRanges[0].Line)
 	}
 
-	s.Mounts, err = resolveMounts(in.Mounts)
-	if err != nil {
-		errs = append(errs, err)
+	return errs
+}
+
+// resolveLimits applies the defaults to the resources and the pool of a sandbox.
+func resolveLimits(errs *[]error, r resourcesYAML, p poolYAML) (Resources, PoolSettings) {
+	res := Resources{
+		MemoryMB:    positive(errs, "resources.memory_mb", r.MemoryMB, DefaultMemoryMB),
+		PIDs:        positive(errs, "resources.pids", r.PIDs, DefaultPIDs),
+		WorkspaceMB: positive(errs, "resources.workspace_mb", r.WorkspaceMB, DefaultWorkspaceMB),
+		TmpMB:       positive(errs, "resources.tmp_mb", r.TmpMB, DefaultTmpMB),
+		CPUs:        positive(errs, "resources.cpus", r.CPUs, DefaultCPUs),
 	}
 
-	r := in.Resources
-	s.Resources = Resources{
-		MemoryMB:    positive(&errs, "resources.memory_mb", r.MemoryMB, DefaultMemoryMB),
-		PIDs:        positive(&errs, "resources.pids", r.PIDs, DefaultPIDs),
-		WorkspaceMB: positive(&errs, "resources.workspace_mb", r.WorkspaceMB, DefaultWorkspaceMB),
-		TmpMB:       positive(&errs, "resources.tmp_mb", r.TmpMB, DefaultTmpMB),
-		CPUs:        positive(&errs, "resources.cpus", r.CPUs, DefaultCPUs),
+	pool := PoolSettings{
+		Size:         atLeast(errs, "pool.size", p.Size, 0, DefaultPoolSize),
+		MaxOverflow:  atLeast(errs, "pool.max_overflow", p.MaxOverflow, 0, DefaultMaxOverflow),
+		MaxUses:      atLeast(errs, "pool.max_uses", p.MaxUses, 1, DefaultMaxUses),
+		IdleTimeout:  time.Duration(positive(errs, "pool.idle_timeout", p.IdleTimeout, duration(DefaultIdleTimeout))),
+		ReadyTimeout: time.Duration(positive(errs, "pool.ready_timeout", p.ReadyTimeout, duration(DefaultReadyTimeout))),
 	}
-
-	p := in.Pool
-	s.Pool = PoolSettings{
-		Size:         atLeast(&errs, "pool.size", p.Size, 0, DefaultPoolSize),
-		MaxOverflow:  atLeast(&errs, "pool.max_overflow", p.MaxOverflow, 0, DefaultMaxOverflow),
-		MaxUses:      atLeast(&errs, "pool.max_uses", p.MaxUses, 1, DefaultMaxUses),
-		IdleTimeout:  time.Duration(positive(&errs, "pool.idle_timeout", p.IdleTimeout, duration(DefaultIdleTimeout))),
-		ReadyTimeout: time.Duration(positive(&errs, "pool.ready_timeout", p.ReadyTimeout, duration(DefaultReadyTimeout))),
-	}
-	return s, errs
+	return res, pool
 }
 
 // resolveTools expands the tool patterns relative to dir and reads the files.

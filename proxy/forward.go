@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/textproto"
 	"os"
 	"strings"
@@ -21,22 +22,8 @@ import (
 // exchange within CloseGrace (see watchClient). It reports whether the
 // client connection may carry another request.
 func (s *session) forward(req *http.Request) bool {
-	if !strings.EqualFold(req.URL.Scheme, "http") {
-		s.fail(quote(req.RequestURI), &failure{status: http.StatusBadRequest,
-			reason: "only http:// URIs are forwarded; use CONNECT for " + quote(req.URL.Scheme)})
-		return false
-	}
-	port := req.URL.Port()
-	if port == "" {
-		port = "80"
-	}
-	t, err := parseTarget(req.URL.Hostname(), port)
-	if err != nil {
-		s.fail(quote(req.URL.Host), &failure{status: http.StatusBadRequest, reason: err.Error()})
-		return false
-	}
-	if !s.sb.allows(t) {
-		s.refuse(t)
+	t, ok := s.forwardTarget(req)
+	if !ok {
 		return false
 	}
 	up, addr, f := s.srv.dialTarget(s.ctx, s.sb, t)
@@ -56,18 +43,7 @@ func (s *session) forward(req *http.Request) bool {
 	client := idleConn{Conn: s.conn, idle: idle, act: act}
 	upstream := idleConn{Conn: up, idle: idle, act: act}
 
-	// The request as the target sees it.
-	clientClose := req.Close || !req.ProtoAtLeast(1, 1)
-	continueFirst := strings.EqualFold(req.Header.Get("Expect"), "100-continue")
-	if continueFirst {
-		req.Header.Del("Expect")
-	}
-	removeHopHeaders(req.Header)
-	if _, ok := req.Header["User-Agent"]; !ok {
-		req.Header["User-Agent"] = []string{""} // or Request.Write adds Go's
-	}
-	req.Host = req.URL.Host
-	req.Close = true
+	clientClose, continueFirst := prepareRequest(req)
 	if continueFirst && req.ProtoAtLeast(1, 1) {
 		if _, err := io.WriteString(client, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
 			return false
@@ -81,34 +57,9 @@ func (s *session) forward(req *http.Request) bool {
 	stopWatch := s.watchClient(act, up)
 	defer stopWatch()
 
-	br := bufio.NewReader(upstream)
-	var resp *http.Response
-	for {
-		resp, err = http.ReadResponse(br, req)
-		if err != nil && act.quiet.Load() {
-			s.srv.log.Info("proxy: forwarded", "sandbox", s.sb.name, "target", t.String(), "addr", addr.String(),
-				"method", req.Method, "duration", time.Since(start).Round(time.Millisecond).String(), "complete", false, "end", "client ended")
-			return false
-		}
-		if err != nil {
-			f := &failure{status: http.StatusBadGateway, reason: "no valid response from " + t.String(), err: err}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				f.status = http.StatusGatewayTimeout
-			}
-			stopWatch()
-			s.fail(t.String(), f)
-			return false
-		}
-		if resp.StatusCode == http.StatusSwitchingProtocols {
-			resp.Body.Close()
-			stopWatch()
-			s.fail(t.String(), &failure{status: http.StatusBadGateway, reason: t.String() + " switched protocols, which the proxy does not relay"})
-			return false
-		}
-		if resp.StatusCode >= 200 {
-			break
-		}
-		resp.Body.Close() // an interim response (100 Continue, 103 Early Hints)
+	resp, ok := s.readFinal(bufio.NewReader(upstream), req, t, addr, act, start, stopWatch)
+	if !ok {
+		return false
 	}
 	defer resp.Body.Close()
 
@@ -121,7 +72,7 @@ func (s *session) forward(req *http.Request) bool {
 		resp.TransferEncoding = nil // an HTTP/1.0 client reads the body until close
 	}
 	resp.Close = !keep
-	err = resp.Write(client)
+	err := resp.Write(client)
 
 	attrs := []any{"sandbox", s.sb.name, "target", t.String(), "addr", addr.String(), "method", req.Method, "status", resp.StatusCode,
 		"duration", time.Since(start).Round(time.Millisecond).String(), "complete", err == nil}
@@ -130,6 +81,80 @@ func (s *session) forward(req *http.Request) bool {
 	}
 	s.srv.log.Info("proxy: forwarded", attrs...)
 	return err == nil && keep
+}
+
+// forwardTarget checks that req is a plain http:// request and returns its target,
+// if the sandbox may reach it; else it answers the client and returns false.
+func (s *session) forwardTarget(req *http.Request) (target, bool) {
+	if !strings.EqualFold(req.URL.Scheme, "http") {
+		s.fail(quote(req.RequestURI), &failure{status: http.StatusBadRequest,
+			reason: "only http:// URIs are forwarded; use CONNECT for " + quote(req.URL.Scheme)})
+		return target{}, false
+	}
+	port := req.URL.Port()
+	if port == "" {
+		port = "80"
+	}
+	t, err := parseTarget(req.URL.Hostname(), port)
+	if err != nil {
+		s.fail(quote(req.URL.Host), &failure{status: http.StatusBadRequest, reason: err.Error()})
+		return target{}, false
+	}
+	if !s.sb.allows(t) {
+		s.refuse(t)
+		return target{}, false
+	}
+	return t, true
+}
+
+// prepareRequest makes req what the target sees (hop-by-hop headers gone, one
+// request per connection, no Expect) and says whether the client asked to close
+// and whether it waits for a 100 Continue.
+func prepareRequest(req *http.Request) (clientClose, continueFirst bool) {
+	clientClose = req.Close || !req.ProtoAtLeast(1, 1)
+	continueFirst = strings.EqualFold(req.Header.Get("Expect"), "100-continue")
+	if continueFirst {
+		req.Header.Del("Expect")
+	}
+	removeHopHeaders(req.Header)
+	if _, ok := req.Header["User-Agent"]; !ok {
+		req.Header["User-Agent"] = []string{""} // or Request.Write adds Go's
+	}
+	req.Host = req.URL.Host
+	req.Close = true
+	return clientClose, continueFirst
+}
+
+// readFinal reads the target's final response to req, skipping interim ones; on a
+// failure (none, or a protocol switch) it answers the client and returns false.
+func (s *session) readFinal(br *bufio.Reader, req *http.Request, t target, addr netip.AddrPort, act *activity, start time.Time, stopWatch func()) (*http.Response, bool) {
+	for {
+		resp, err := http.ReadResponse(br, req)
+		if err != nil && act.quiet.Load() {
+			s.srv.log.Info("proxy: forwarded", "sandbox", s.sb.name, "target", t.String(), "addr", addr.String(),
+				"method", req.Method, "duration", time.Since(start).Round(time.Millisecond).String(), "complete", false, "end", "client ended")
+			return nil, false
+		}
+		if err != nil {
+			f := &failure{status: http.StatusBadGateway, reason: "no valid response from " + t.String(), err: err}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				f.status = http.StatusGatewayTimeout
+			}
+			stopWatch()
+			s.fail(t.String(), f)
+			return nil, false
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			resp.Body.Close()
+			stopWatch()
+			s.fail(t.String(), &failure{status: http.StatusBadGateway, reason: t.String() + " switched protocols, which the proxy does not relay"})
+			return nil, false
+		}
+		if resp.StatusCode >= 200 {
+			return resp, true
+		}
+		resp.Body.Close() // an interim response (100 Continue, 103 Early Hints)
+	}
 }
 
 // watchClient watches the client, while the target answers a request it

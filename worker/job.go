@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jazzmine/worker/harness"
+	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
 )
 
@@ -98,41 +99,12 @@ func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 }
 
 // process decodes, validates and runs the job. It returns the outcome and, for a
-// terminated job, the reason.
+// terminated job, the reason. Its steps: decode, then (unless an earlier attempt or
+// a cancel ended the job) checkout, run and finish.
 func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.Msg, attempt int, last bool, log *slog.Logger) (outcome, string) {
-	hdr := msg.Headers()
-	headerID := hdr.Get(wire.HeaderMsgID)
-	tenant, _, _ := parseExecSubject(msg.Subject()) // the consumer's filters match no other shape
-	ct, ctErr := wire.ParseContentType(hdr.Get(wire.HeaderContentType))
-	var job *wire.Job
-	err := ctErr
-	if err == nil {
-		job, err = wire.DecodeJob(ct, msg.Data())
-	}
-	if err == nil {
-		err = job.Validate(sandbox, w.cfg.MaxScriptBytes)
-	}
-	if err == nil {
-		err = sameIDs(headerID, job.ExecutionID)
-	}
+	job, ref, ct, err := decode(sandbox, msg, w.cfg.MaxScriptBytes)
 	if err != nil {
-		if ctErr != nil {
-			ct = wire.ContentTypeJSON // the job's own encoding is unknown: answer in the readable one
-		}
-		id := ownedID(job, headerID)
-		log.Warn("invalid job", "execution_id", id, "err", err)
-		if id != "" {
-			var meta map[string]string
-			if job != nil && wire.ValidateID("execution id", job.ExecutionID) == nil {
-				meta = job.Metadata
-			}
-			p := w.newPublisher(execRef{tenant, id}, attempt, ct, meta)
-			p.traceFrom(traced, w.tel.prop)
-			if perr := p.terminal(wire.KindInvalidJob, err.Error()); perr != nil {
-				log.Warn("publish the invalid job's error", "execution_id", id, "err", perr)
-			}
-		}
-		return outInvalid, truncateReason(err.Error())
+		return w.invalid(traced, job, ref, ct, attempt, err, log)
 	}
 
 	// Register first, then look for a cancel that came while the job was queued: a
@@ -141,7 +113,6 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 	defer cancel(nil)
 	ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(traced)) // cancelled with the worker, traced with the job
 	ex := &execution{cancel: cancel}
-	ref := execRef{tenant, job.ExecutionID}
 	if !w.register(ref.key(), ex) {
 		// A redelivery of a job still running here: the running one answers for it.
 		return outDuplicate, ""
@@ -149,43 +120,105 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 	defer w.unregister(ref.key(), ex)
 	p := w.newPublisher(ref, attempt, ct, job.Metadata)
 	p.traceFrom(ctx, w.tel.prop)
-	sbAttr := metric.WithAttributes(attribute.String("sandbox", sandbox))
 	if out, reason, ok := w.endedBefore(p, attempt, log); ok {
 		return out, reason // ended by an earlier attempt, or delivered past the last (ended.go)
 	}
-
 	if handled, err := w.cancelledWhileQueued(ctx, ref.key(), ex); err != nil {
 		log.Warn("look up cancels", "execution_id", ref, "err", err)
 	} else if handled {
 		return outCancelled, ""
 	}
 
-	cctx, cspan := w.tel.tracer.Start(ctx, "checkout", trace.WithAttributes(attribute.String("jazzmine.sandbox", sandbox)))
-	waitStart := time.Now()
-	lease, err := w.cfg.Pool.Checkout(cctx, sandbox)
-	w.tel.checkoutWait.Record(ctx, seconds(time.Since(waitStart)), sbAttr)
+	lease, err := w.checkout(ctx, sandbox)
 	if err != nil {
-		cspan.SetStatus(codes.Error, err.Error())
-	} else {
-		cspan.SetAttributes(attribute.String("jazzmine.container_id", lease.ContainerID()))
-	}
-	cspan.End()
-	if err != nil {
-		if ctx.Err() != nil {
-			return w.endCancelled(ctx, p, log)
-		}
-		msg := fmt.Sprintf("no container for sandbox %q: %v", sandbox, err)
-		log.Warn("checkout failed", "execution_id", ref, "last_delivery", last, "err", err)
-		if last {
-			if perr := p.terminal(wire.KindInfrastructure, fmt.Sprintf("gave up after %d deliveries: %s", attempt, msg)); perr != nil {
-				log.Warn("publish terminal event", "execution_id", ref, "err", perr)
-				return outUnstored, truncateReason(msg) // not terminated: the delivery after the last ends it (ended.go)
-			}
-		}
-		return outInfrastructure, truncateReason(msg)
+		return w.noContainer(ctx, p, sandbox, attempt, last, err, log)
 	}
 	defer lease.Release()
+	res, err := w.run(ctx, lease, job, p, sandbox)
+	if w.handOver(ctx, ref, res, err, log) {
+		return outHandedOver, ""
+	}
+	return w.finish(ctx, p, res, err, log)
+}
 
+// decode reads a job message: its tenant (from the subject), encoding and body,
+// validated against the sandbox it was pulled for and the script limit, with its
+// Nats-Msg-Id header naming the execution its body does. On error, job and ref are
+// what could be read (ref.id is the id an error may be published under, or "").
+func decode(sandbox string, msg jetstream.Msg, maxScript int) (job *wire.Job, ref execRef, ct string, err error) {
+	hdr := msg.Headers()
+	headerID := hdr.Get(wire.HeaderMsgID)
+	ref.tenant, _, _ = parseExecSubject(msg.Subject()) // the consumer's filters match no other shape
+	ct, err = wire.ParseContentType(hdr.Get(wire.HeaderContentType))
+	if err != nil {
+		return nil, execRef{ref.tenant, ownedID(nil, headerID)}, wire.ContentTypeJSON, err // its own encoding is unknown: answer in the readable one
+	}
+	job, err = wire.DecodeJob(ct, msg.Data())
+	if err == nil {
+		err = job.Validate(sandbox, maxScript)
+	}
+	if err == nil {
+		err = sameIDs(headerID, job.ExecutionID)
+	}
+	if err != nil {
+		return job, execRef{ref.tenant, ownedID(job, headerID)}, ct, err
+	}
+	return job, execRef{ref.tenant, job.ExecutionID}, ct, nil
+}
+
+// invalid answers a job that decode refused: an invalid_job error and script_done
+// under the id it owns, if any, and the job terminated with the reason.
+func (w *Worker) invalid(traced context.Context, job *wire.Job, ref execRef, ct string, attempt int, err error, log *slog.Logger) (outcome, string) {
+	log.Warn("invalid job", "execution_id", ref, "err", err)
+	if ref.id != "" {
+		var meta map[string]string
+		if job != nil && wire.ValidateID("execution id", job.ExecutionID) == nil {
+			meta = job.Metadata
+		}
+		p := w.newPublisher(ref, attempt, ct, meta)
+		p.traceFrom(traced, w.tel.prop)
+		if perr := p.terminal(wire.KindInvalidJob, err.Error()); perr != nil {
+			log.Warn("publish the invalid job's error", "execution_id", ref, "err", perr)
+		}
+	}
+	return outInvalid, truncateReason(err.Error())
+}
+
+// checkout waits for a container of the sandbox, traced and measured.
+func (w *Worker) checkout(ctx context.Context, sandbox string) (*sandboxpool.Lease, error) {
+	cctx, cspan := w.tel.tracer.Start(ctx, "checkout", trace.WithAttributes(attribute.String("jazzmine.sandbox", sandbox)))
+	defer cspan.End()
+	waitStart := time.Now()
+	lease, err := w.cfg.Pool.Checkout(cctx, sandbox)
+	w.tel.checkoutWait.Record(ctx, seconds(time.Since(waitStart)), metric.WithAttributes(attribute.String("sandbox", sandbox)))
+	if err != nil {
+		cspan.SetStatus(codes.Error, err.Error())
+		return nil, err
+	}
+	cspan.SetAttributes(attribute.String("jazzmine.container_id", lease.ContainerID()))
+	return lease, nil
+}
+
+// noContainer answers a job that got no container: cancelled (or handed over) if
+// its context ended, else an infrastructure failure, retried until the last
+// delivery, which publishes the job's end.
+func (w *Worker) noContainer(ctx context.Context, p *publisher, sandbox string, attempt int, last bool, err error, log *slog.Logger) (outcome, string) {
+	if ctx.Err() != nil {
+		return w.endCancelled(ctx, p, log)
+	}
+	msg := fmt.Sprintf("no container for sandbox %q: %v", sandbox, err)
+	log.Warn("checkout failed", "execution_id", p.ref, "last_delivery", last, "err", err)
+	if last {
+		if perr := p.terminal(wire.KindInfrastructure, fmt.Sprintf("gave up after %d deliveries: %s", attempt, msg)); perr != nil {
+			log.Warn("publish terminal event", "execution_id", p.ref, "err", perr)
+			return outUnstored, truncateReason(msg) // not terminated: the delivery after the last ends it (ended.go)
+		}
+	}
+	return outInfrastructure, truncateReason(msg)
+}
+
+// run executes the job in the leased container, publishing its events as they come.
+func (w *Worker) run(ctx context.Context, lease *sandboxpool.Lease, job *wire.Job, p *publisher, sandbox string) (*harness.Result, error) {
 	_ = p.publish(&wire.Event{Type: wire.EventStarted, Sandbox: sandbox, ContainerID: lease.ContainerID()})
 	req := harness.Request{
 		ExecutionID:     job.ExecutionID,
@@ -203,6 +236,7 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 	}
 	ectx, espan := w.tel.tracer.Start(ctx, "execute", trace.WithAttributes(
 		attribute.String("jazzmine.execution_id", job.ExecutionID), attribute.String("jazzmine.container_id", lease.ContainerID())))
+	defer espan.End()
 	// The script's process gets the execute span as TRACEPARENT, so a tool can go on.
 	tc := propagation.MapCarrier{}
 	w.tel.prop.Inject(ectx, tc)
@@ -224,12 +258,14 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 		}
 		espan.SetAttributes(attribute.Bool("jazzmine.success", res.Success), attribute.String("jazzmine.outcome", outcome), attribute.Int64("jazzmine.output_bytes", res.OutputBytes))
 		w.tel.execDuration.Record(ctx, float64(res.DurationMS)/1000, metric.WithAttributes(attribute.String("sandbox", sandbox), attribute.String("outcome", outcome)))
-		w.tel.outputBytes.Record(ctx, res.OutputBytes, sbAttr)
+		w.tel.outputBytes.Record(ctx, res.OutputBytes, metric.WithAttributes(attribute.String("sandbox", sandbox)))
 	}
-	espan.End()
-	if w.handOver(ctx, ref, res, err, log) {
-		return outHandedOver, ""
-	}
+	return res, err
+}
+
+// finish publishes the run's script_done and waits until the stream holds every
+// event of the attempt.
+func (w *Worker) finish(ctx context.Context, p *publisher, res *harness.Result, err error, log *slog.Logger) (outcome, string) {
 	_, pspan := w.tel.tracer.Start(ctx, "publish events")
 	if err == nil {
 		err = p.publish(scriptDone(res))
@@ -244,7 +280,7 @@ func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.M
 	pspan.End()
 	if err != nil {
 		// The events did not all reach the stream: run it again rather than lose them.
-		log.Warn("publish events", "execution_id", ref, "err", err)
+		log.Warn("publish events", "execution_id", p.ref, "err", err)
 		return outUnstored, truncateReason(err.Error())
 	}
 	if res.ErrorKind == harness.KindCancelled {

@@ -21,38 +21,58 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/moby/moby/client"
+
 	"github.com/jazzmine/worker/imagebuild"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/worker"
 )
 
-func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+// serveFlags are the command line of `worker serve`.
+type serveFlags struct {
+	configPath, listen, storeDir, workerID, logFormat, logLevel, metricsAddr string
+	natsOpts                                                                 []nats.Option
+}
+
+func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer) (*serveFlags, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", "config.yaml", "the sandboxes and worker settings (YAML)")
-	listen := fs.String("nats-listen", worker.DefaultEmbeddedAddr, "address of the embedded NATS server (when NATS_URL is unset)")
-	storeDir := fs.String("store-dir", defaultStoreDir(getenv), "JetStream data directory of the embedded NATS server")
-	workerID := fs.String("worker-id", "", "this worker's id (default: host name, pid and a random suffix)")
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: none)")
+	f := &serveFlags{}
+	fs.StringVar(&f.configPath, "config", "config.yaml", "the sandboxes and worker settings (YAML)")
+	fs.StringVar(&f.listen, "nats-listen", defaultEmbeddedAddr, "address of the embedded NATS server (when NATS_URL is unset)")
+	fs.StringVar(&f.storeDir, "store-dir", defaultStoreDir(getenv), "JetStream data directory of the embedded NATS server")
+	fs.StringVar(&f.workerID, "worker-id", "", "this worker's id (default: host name, pid and a random suffix)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: none)")
 	auth := addNATSAuthFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
-		return &exitError{code: 2, err: nil}
+		return nil, &exitError{code: 2, err: nil}
 	}
-	natsOpts, err := auth.options()
-	if err != nil {
-		return usageError("%v", err)
+	var err error
+	if f.natsOpts, err = auth.options(); err != nil {
+		return nil, usageError("%v", err)
 	}
 	if getenv("NATS_URL") == "" && auth.set() {
-		return usageError("NATS credentials and TLS options (--creds, --nkey, --tls-*, NATS_CREDS, ...) need NATS_URL: the embedded server runs without them, on loopback")
+		return nil, usageError("NATS credentials and TLS options (--creds, --nkey, --tls-*, NATS_CREDS, ...) need NATS_URL: the embedded server runs without them, on loopback")
 	}
-	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if f.workerID == "" {
+		f.workerID = worker.NewWorkerID()
+	}
+	return f, nil
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	f, err := parseServeFlags(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return usageError("%v", err)
 	}
 	slog.SetDefault(log)
-	tel, err := worker.SetupTelemetry(ctx, getenv)
+	tel, err := setupTelemetry(ctx, getenv)
 	if err != nil {
 		return err
 	}
@@ -63,7 +83,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			log.Warn("flush telemetry", "err", err)
 		}
 	}()
-	var health worker.Health
+	var health Health
 	warm := make(chan struct{})
 	health.Check("pools", func() error {
 		select {
@@ -73,23 +93,22 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			return errors.New("warming up")
 		}
 	})
-	if *metricsAddr != "" {
-		stop, err := serveHTTP(*metricsAddr, health.Handler(tel.Metrics), log)
+	if f.metricsAddr != "" {
+		stop, err := serveHTTP(f.metricsAddr, health.Handler(tel.Metrics), log)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
 
-	cfg, err := imagebuild.LoadConfig(*configPath)
+	cfg, err := imagebuild.LoadConfig(f.configPath)
 	if err != nil {
 		return usageError("config: %v", err)
 	}
-	settings, err := worker.ParseSettings(cfg.Worker)
+	settings, err := parseSettings(cfg.Worker)
 	if err != nil {
-		return usageError("config %s: %v", *configPath, err)
+		return usageError("config %s: %v", f.configPath, err)
 	}
-
 	docker, err := imagebuild.Connect(ctx)
 	if err != nil {
 		return err
@@ -99,7 +118,30 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
+	images, err := buildImages(ctx, builder, cfg)
+	if err != nil {
+		return err
+	}
+
+	nc, shutdownNATS, err := connectNATS(ctx, getenv("NATS_URL"), f.natsOpts, f.listen, f.storeDir, log)
+	if err != nil {
+		return err
+	}
+	defer shutdownNATS()
+	health.Check("nats", func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("disconnected (%s)", nc.Status())
+		}
+		return nil
+	})
+	m := member{id: f.workerID, nc: nc, docker: docker, builder: builder, cfg: cfg, images: images, settings: settings, log: log.With("worker_id", f.workerID)}
+	return m.run(ctx, warm)
+}
+
+// buildImages makes sure every sandbox's image is built, traced and counted.
+func buildImages(ctx context.Context, builder *imagebuild.Builder, cfg *imagebuild.Config) (map[string]imagebuild.Image, error) {
 	bctx, span := otel.Tracer("github.com/jazzmine/worker/cmd/worker").Start(ctx, "build images")
+	defer span.End()
 	images, err := builder.EnsureAll(bctx, cfg)
 	builds, _ := otel.Meter("github.com/jazzmine/worker/cmd/worker").Int64Counter("jazzmine.image.builds",
 		metric.WithUnit("{image}"), metric.WithDescription("Sandbox images built (an unchanged checksum builds nothing)"))
@@ -110,49 +152,47 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
-		span.End()
-		return err
 	}
-	span.End()
+	return images, err
+}
 
-	nc, shutdownNATS, err := connectNATS(ctx, getenv("NATS_URL"), natsOpts, *listen, *storeDir, log)
+// member is a worker of the fleet with its pool, from its built images to its
+// shutdown.
+type member struct {
+	id       string
+	nc       *nats.Conn
+	docker   *client.Client
+	builder  *imagebuild.Builder
+	cfg      *imagebuild.Config
+	images   map[string]imagebuild.Image
+	settings Settings
+	log      *slog.Logger
+}
+
+// run starts the pool and the worker, closes warm once the pool is warm, and serves
+// until ctx ends; then it shuts the worker down within the grace and closes the pool.
+func (m *member) run(ctx context.Context, warm chan struct{}) error {
+	js, err := jetstream.New(m.nc)
 	if err != nil {
 		return err
 	}
-	defer shutdownNATS()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	health.Check("nats", func() error {
-		if !nc.IsConnected() {
-			return fmt.Errorf("disconnected (%s)", nc.Status())
-		}
-		return nil
-	})
-
-	id := *workerID
-	if id == "" {
-		id = worker.NewWorkerID()
-	}
-	log = log.With("worker_id", id)
 	poolCfg := sandboxpool.Config{
-		Docker:      docker,
-		WorkerID:    id,
-		Secrets:     cfg.Secrets,
-		HostPathMap: cfg.HostPathMap,
+		Docker:      m.docker,
+		WorkerID:    m.id,
+		Secrets:     m.cfg.Secrets,
+		HostPathMap: m.cfg.HostPathMap,
 		WorkerAlive: worker.WorkerAlive(js),
-		ReapMinAge:  settings.ReapMinAge,
-		ReapGrace:   settings.ReapGrace,
-		Logger:      log,
+		ReapMinAge:  m.settings.ReapMinAge,
+		ReapGrace:   m.settings.ReapGrace,
+		Logger:      m.log,
 	}
-	wcfg := worker.Config{NATS: nc, WorkerID: id, Logger: log}
-	for _, name := range cfg.Names() {
-		sb := worker.PoolSandbox(cfg.Sandboxes[name], images[name])
+	wcfg := worker.Config{NATS: m.nc, WorkerID: m.id, Logger: m.log}
+	for _, name := range m.cfg.Names() {
+		sb := poolSandbox(m.cfg.Sandboxes[name], m.images[name])
 		poolCfg.Sandboxes = append(poolCfg.Sandboxes, sb)
-		wcfg.Sandboxes = append(wcfg.Sandboxes, worker.WorkerSandbox(sb))
+		wcfg.Sandboxes = append(wcfg.Sandboxes, workerSandbox(sb))
 	}
-	if err := setUpEgress(ctx, docker, builder, cfg, poolCfg.Sandboxes, log); err != nil {
+	if err := setUpEgress(ctx, m.docker, m.builder, m.cfg, poolCfg.Sandboxes, m.log); err != nil {
 		return err
 	}
 	pool, err := sandboxpool.New(poolCfg)
@@ -160,33 +200,33 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 	wcfg.Pool = pool
-	settings.Apply(&wcfg)
+	m.settings.Apply(&wcfg)
 	w, err := worker.New(wcfg)
 	if err != nil {
 		return err
 	}
 	// The worker announces itself before the pool spawns, so that no other worker's
 	// reaper takes the new containers for orphans.
-	if err := startWorker(ctx, w, log); err != nil {
-		closePool(pool, log)
+	if err := startWorker(ctx, w, m.log); err != nil {
+		closePool(pool, m.log)
 		return err
 	}
 	if err := pool.Start(ctx); err != nil {
-		log.Warn("some warm containers did not start; the pool keeps trying", "err", err)
+		m.log.Warn("some warm containers did not start; the pool keeps trying", "err", err)
 	}
 	close(warm)
-	log.Info("serving", "sandboxes", cfg.Names(), "nats", nc.ConnectedUrlRedacted())
+	m.log.Info("serving", "sandboxes", m.cfg.Names(), "nats", m.nc.ConnectedUrlRedacted())
 
 	<-ctx.Done()
-	grace := settings.ShutdownGrace
+	grace := m.settings.ShutdownGrace
 	if grace == 0 {
 		grace = worker.DefaultShutdownGrace
 	}
-	log.Info("shutting down", "grace", grace)
+	m.log.Info("shutting down", "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace+30*time.Second)
 	defer cancel()
 	err = w.Shutdown(sctx, grace)
-	closePool(pool, log)
+	closePool(pool, m.log)
 	return err
 }
 
@@ -265,7 +305,7 @@ func connectNATS(ctx context.Context, url string, auth []nats.Option, listen, st
 	if err := os.MkdirAll(storeDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("embedded NATS store: %w", err)
 	}
-	srv, err := worker.StartEmbedded(worker.EmbeddedConfig{Addr: listen, StoreDir: storeDir})
+	srv, err := startEmbedded(embeddedConfig{Addr: listen, StoreDir: storeDir})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -326,9 +366,9 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
 	case "text":
-		return slog.New(worker.TraceHandler{Handler: slog.NewTextHandler(w, opts)}), nil
+		return slog.New(traceHandler{Handler: slog.NewTextHandler(w, opts)}), nil
 	case "json":
-		return slog.New(worker.TraceHandler{Handler: slog.NewJSONHandler(w, opts)}), nil
+		return slog.New(traceHandler{Handler: slog.NewJSONHandler(w, opts)}), nil
 	}
 	return nil, errors.New("log format must be text or json")
 }

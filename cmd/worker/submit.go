@@ -15,7 +15,6 @@ import (
 
 	"github.com/jazzmine/worker/client"
 	"github.com/jazzmine/worker/wire"
-	"github.com/jazzmine/worker/worker"
 )
 
 // listFlag is a repeatable flag.
@@ -73,9 +72,14 @@ func submit(ctx context.Context, args []string, getenv func(string) string, stdi
 		job.Metadata[k] = v
 	}
 
-	url := getenv("NATS_URL")
+	return submitAndFollow(ctx, getenv("NATS_URL"), natsOpts, ct, job, *asJSON, stdout, stderr)
+}
+
+// submitAndFollow connects, submits job and prints its events until script_done;
+// an interrupt (ctx) cancels the execution and goes on printing how it ends.
+func submitAndFollow(ctx context.Context, url string, natsOpts []nats.Option, ct string, job wire.Job, asJSON bool, stdout, stderr io.Writer) error {
 	if url == "" {
-		url = "nats://" + worker.DefaultEmbeddedAddr
+		url = "nats://" + defaultEmbeddedAddr
 	}
 	nc, err := nats.Connect(url, append(natsOpts, nats.Name("jazzmine-submit"))...)
 	if err != nil {
@@ -94,10 +98,10 @@ func submit(ctx context.Context, args []string, getenv func(string) string, stdi
 		return &exitError{code: 3, err: err}
 	}
 	defer exe.Close()
-	if !*asJSON {
-		fmt.Fprintf(stdout, "submitted %s to sandbox %s\n", exe.ID, *sandbox)
+	if !asJSON {
+		fmt.Fprintf(stdout, "submitted %s to sandbox %s\n", exe.ID, job.Sandbox)
 	}
-	p := printer{w: stdout, json: *asJSON}
+	p := printer{w: stdout, json: asJSON}
 	events := exe.Events()
 	for {
 		select {

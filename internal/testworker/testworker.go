@@ -56,7 +56,7 @@ func Start(t testing.TB, nc *nats.Conn, o Options) (*worker.Worker, *sandboxpool
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := worker.Config{NATS: nc, Pool: pool, WorkerID: id, Sandboxes: []worker.Sandbox{worker.WorkerSandbox(sb)}}
+	cfg := worker.Config{NATS: nc, Pool: pool, WorkerID: id, Sandboxes: []worker.Sandbox{{Name: sb.Name, Slots: sb.PoolSize + sb.MaxOverflow}}}
 	if o.Worker != nil {
 		o.Worker(&cfg)
 	}

@@ -1,4 +1,4 @@
-package worker
+package main
 
 import (
 	"context"
@@ -49,7 +49,7 @@ func TestReadinessFailsNamingEachCheckUntilAllPass(t *testing.T) {
 
 func TestLogsWithASpanInTheirContextCarryItsIDs(t *testing.T) {
 	var buf strings.Builder
-	log := slog.New(TraceHandler{slog.NewJSONHandler(&buf, nil)}).With("sandbox", "default")
+	log := slog.New(traceHandler{slog.NewJSONHandler(&buf, nil)}).With("sandbox", "default")
 	tid, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
 	sid, _ := trace.SpanIDFromHex("b7ad6b7169203331")
 	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid}))

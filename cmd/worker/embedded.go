@@ -1,4 +1,4 @@
-package worker
+package main
 
 import (
 	"fmt"
@@ -9,12 +9,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// DefaultEmbeddedAddr is where the embedded NATS server listens when NATS_URL is unset.
-const DefaultEmbeddedAddr = "127.0.0.1:4222"
+// defaultEmbeddedAddr is where the embedded NATS server listens when NATS_URL is unset.
+const defaultEmbeddedAddr = "127.0.0.1:4222"
 
-// EmbeddedConfig configures the embedded NATS server.
-type EmbeddedConfig struct {
-	// Addr is host:port to listen on; empty means DefaultEmbeddedAddr. Port 0 picks a
+// embeddedConfig configures the embedded NATS server.
+type embeddedConfig struct {
+	// Addr is host:port to listen on; empty means defaultEmbeddedAddr. Port 0 picks a
 	// free port.
 	Addr string
 	// StoreDir is where JetStream keeps its data; required, so that jobs survive a
@@ -24,12 +24,12 @@ type EmbeddedConfig struct {
 	ServerName string
 }
 
-// StartEmbedded starts an in-process NATS server with JetStream, for running the whole
+// startEmbedded starts an in-process NATS server with JetStream, for running the whole
 // system with one command. Any NATS client can reach it at its ClientURL. The caller
 // shuts it down with Shutdown and WaitForShutdown.
-func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
+func startEmbedded(cfg embeddedConfig) (*server.Server, error) {
 	if cfg.Addr == "" {
-		cfg.Addr = DefaultEmbeddedAddr
+		cfg.Addr = defaultEmbeddedAddr
 	}
 	if cfg.StoreDir == "" {
 		return nil, fmt.Errorf("embedded NATS: a JetStream store directory is required")

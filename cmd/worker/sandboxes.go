@@ -1,13 +1,14 @@
-package worker
+package main
 
 import (
 	"github.com/jazzmine/worker/imagebuild"
 	"github.com/jazzmine/worker/sandboxpool"
+	"github.com/jazzmine/worker/worker"
 )
 
-// PoolSandbox turns a sandbox of the config file, with its built image, into what the
+// poolSandbox turns a sandbox of the config file, with its built image, into what the
 // pool runs.
-func PoolSandbox(spec *imagebuild.Spec, img imagebuild.Image) sandboxpool.Sandbox {
+func poolSandbox(spec *imagebuild.Spec, img imagebuild.Image) sandboxpool.Sandbox {
 	sb := sandboxpool.Sandbox{
 		Name:           spec.Name,
 		Image:          img.Tag,
@@ -32,7 +33,7 @@ func PoolSandbox(spec *imagebuild.Spec, img imagebuild.Image) sandboxpool.Sandbo
 	return sb
 }
 
-// WorkerSandbox is what the worker needs of a pool sandbox: its slots are its capacity.
-func WorkerSandbox(sb sandboxpool.Sandbox) Sandbox {
-	return Sandbox{Name: sb.Name, Slots: sb.PoolSize + sb.MaxOverflow}
+// workerSandbox is what the worker needs of a pool sandbox: its slots are its capacity.
+func workerSandbox(sb sandboxpool.Sandbox) worker.Sandbox {
+	return worker.Sandbox{Name: sb.Name, Slots: sb.PoolSize + sb.MaxOverflow}
 }

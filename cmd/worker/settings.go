@@ -1,4 +1,4 @@
-package worker
+package main
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/jazzmine/worker/worker"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -49,9 +50,9 @@ type Settings struct {
 	MaxAckPending   map[string]int `yaml:"max_ack_pending"`
 }
 
-// ParseSettings decodes the "worker" section (imagebuild.Config.Worker). An empty node
+// parseSettings decodes the "worker" section (imagebuild.Config.Worker). An empty node
 // gives zero Settings. Unknown fields are an error.
-func ParseSettings(node yaml.Node) (Settings, error) {
+func parseSettings(node yaml.Node) (Settings, error) {
 	var s Settings
 	if node.Kind == 0 {
 		return s, nil
@@ -77,7 +78,7 @@ func ParseSettings(node yaml.Node) (Settings, error) {
 }
 
 // Apply copies the settings into cfg where they are set.
-func (s Settings) Apply(cfg *Config) {
+func (s Settings) Apply(cfg *worker.Config) {
 	set := func(dst *time.Duration, v time.Duration) {
 		if v != 0 {
 			*dst = v

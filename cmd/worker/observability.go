@@ -1,4 +1,4 @@
-package worker
+package main
 
 import (
 	"context"
@@ -33,7 +33,7 @@ type Telemetry struct {
 	Metrics http.Handler
 }
 
-// SetupTelemetry configures OpenTelemetry from the standard environment variables:
+// setupTelemetry configures OpenTelemetry from the standard environment variables:
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the process (default service name
 // "jazzmine-worker"); OTEL_TRACES_SAMPLER picks the sampler (default: parent-based,
 // always on). Spans are exported only when OTEL_TRACES_EXPORTER or an
@@ -41,7 +41,7 @@ type Telemetry struct {
 // OTEL_EXPORTER_OTLP_PROTOCOL says grpc); metrics go to OTLP too when
 // OTEL_METRICS_EXPORTER is set, and are always served on Telemetry.Metrics. Shutdown
 // flushes and stops the exporters.
-func SetupTelemetry(ctx context.Context, getenv func(string) string) (*Telemetry, error) {
+func setupTelemetry(ctx context.Context, getenv func(string) string) (*Telemetry, error) {
 	ropts := []resource.Option{resource.WithTelemetrySDK(), resource.WithHost()}
 	if getenv("OTEL_SERVICE_NAME") == "" {
 		ropts = append(ropts, resource.WithAttributes(attribute.String("service.name", "jazzmine-worker")))
@@ -146,12 +146,12 @@ func (h *Health) Handler(metrics http.Handler) http.Handler {
 	return mux
 }
 
-// TraceHandler is a slog.Handler that adds trace_id and span_id to records logged
+// traceHandler is a slog.Handler that adds trace_id and span_id to records logged
 // with a context that carries a span (slog.InfoContext and the like).
-type TraceHandler struct{ slog.Handler }
+type traceHandler struct{ slog.Handler }
 
 // Handle adds the span's ids, then passes the record on.
-func (h TraceHandler) Handle(ctx context.Context, r slog.Record) error {
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
@@ -159,11 +159,11 @@ func (h TraceHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 // WithAttrs keeps the wrapper around the derived handler.
-func (h TraceHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return TraceHandler{h.Handler.WithAttrs(as)}
+func (h traceHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(as)}
 }
 
 // WithGroup keeps the wrapper around the derived handler.
-func (h TraceHandler) WithGroup(name string) slog.Handler {
-	return TraceHandler{h.Handler.WithGroup(name)}
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
 }
