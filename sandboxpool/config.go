@@ -25,6 +25,7 @@ const (
 	DefaultHealthInterval = 30 * time.Second
 	DefaultReapMinAge     = time.Minute
 	DefaultReapGrace      = 2 * time.Minute
+	DefaultReapInterval   = 30 * time.Second
 	DefaultMemoryBytes    = 512 << 20
 	DefaultNanoCPUs       = 1_000_000_000
 	DefaultPIDs           = 128
@@ -186,6 +187,9 @@ type Config struct {
 	// worker it reports dead are removed. Nil means other workers' containers are never
 	// removed.
 	WorkerAlive func(ctx context.Context, workerID string) (bool, error)
+	// ReapInterval is how often the started pool runs ReapOrphans; zero means
+	// DefaultReapInterval, a negative value only at Start.
+	ReapInterval time.Duration
 	// ReapMinAge spares containers younger than this from the reaper, so that a worker
 	// that is still starting (its liveness not yet recorded) keeps its containers;
 	// zero means DefaultReapMinAge.

@@ -110,6 +110,9 @@ func New(cfg Config) (*Pool, error) {
 	if cfg.ReapGrace == 0 {
 		cfg.ReapGrace = DefaultReapGrace
 	}
+	if cfg.ReapInterval == 0 {
+		cfg.ReapInterval = DefaultReapInterval
+	}
 	tp := cfg.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -173,6 +176,10 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	p.wg.Add(1)
 	go p.maintain()
+	if p.cfg.ReapInterval > 0 && p.cfg.WorkerAlive != nil {
+		p.wg.Add(1)
+		go p.reapLoop()
+	}
 	p.mu.Unlock()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()

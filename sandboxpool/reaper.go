@@ -87,3 +87,36 @@ func (p *Pool) removeByLabel(ctx context.Context, label string) (int, error) {
 	}
 	return n, nil
 }
+
+// reapLimit bounds one periodic reaping.
+const reapLimit = 30 * time.Second
+
+// reapLoop runs ReapOrphans every ReapInterval until the pool closes.
+func (p *Pool) reapLoop() {
+	defer p.wg.Done()
+	t := time.NewTicker(p.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stopLoop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), reapLimit)
+		go func() {
+			select {
+			case <-p.stopLoop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		n, err := p.ReapOrphans(ctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			p.log.Warn("reap containers of dead workers", "err", err)
+		case n > 0:
+			p.log.Info("removed containers of dead workers", "count", n)
+		}
+	}
+}

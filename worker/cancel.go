@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -115,13 +116,15 @@ func (w *Worker) coordinateCancel(m *nats.Msg) {
 	})
 }
 
-// queuedScanBatch is how many job headers one fetch of queued reads.
-const queuedScanBatch = 512
+// queuedScanMax bounds how many of a tenant's queued jobs one cancel reads; past it
+// the job is taken as queued, and the cancel stands.
+const queuedScanMax = 10000
 
 // queued reports whether the jobs stream holds a job of ref: waiting, or delivered
 // and not yet acked (the stream is a work queue: an acked job is gone). It reads the
-// headers of the tenant's jobs up to the last one published when it starts, with an
-// ephemeral consumer; a cancel is rare and the backlog bounded (MaxBacklog).
+// tenant's jobs one by one (a work queue takes no second consumer over them), from
+// the first to the last one published when it starts: a cancel is rare, and a tenant
+// pays only for its own backlog.
 func (w *Worker) queued(ctx context.Context, ref execRef) (bool, error) {
 	stream, err := w.js.Stream(ctx, wire.StreamExec)
 	if err != nil {
@@ -135,40 +138,24 @@ func (w *Worker) queued(ctx context.Context, ref execRef) (bool, error) {
 	if err != nil || len(info.State.Subjects) == 0 {
 		return false, err
 	}
-	last := info.State.LastSeq
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter}, HeadersOnly: true, InactiveThreshold: time.Minute,
-	})
-	if err != nil {
-		return false, err
-	}
-	defer func() {
-		if info := cons.CachedInfo(); info != nil {
-			_ = stream.DeleteConsumer(context.WithoutCancel(ctx), info.Name)
+	seq, last := info.State.FirstSeq, info.State.LastSeq
+	for range queuedScanMax {
+		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, nil
 		}
-	}()
-	for {
-		batch, err := cons.Fetch(queuedScanBatch, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			return false, err
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			if msg.Headers().Get(wire.HeaderMsgID) == ref.id {
-				return true, nil
-			}
-			if meta, err := msg.Metadata(); err == nil && meta.Sequence.Stream >= last {
-				return false, nil
-			}
+		if msg.Header.Get(wire.HeaderMsgID) == ref.id {
+			return true, nil
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return false, err
+		if msg.Sequence >= last {
+			return false, nil
 		}
-		if n == 0 {
-			return false, nil // nothing left before last: the rest was acked meanwhile
-		}
+		seq = msg.Sequence + 1
 	}
+	return false, fmt.Errorf("more than %d queued jobs to look through", queuedScanMax)
 }
 
 // answerRunning cancels the execution if it runs here, and says so.

@@ -29,7 +29,6 @@ const (
 	DefaultMaxBacklog        = 100_000
 	DefaultMaxBacklogBytes   = 1 << 30
 	DefaultLivenessTTL       = 15 * time.Second
-	DefaultReapInterval      = 30 * time.Second
 	DefaultExecutionTimeout  = 30 * time.Second
 	DefaultMaxOutputBytes    = 1 << 20
 	DefaultEventPublishLimit = 10 * time.Second
@@ -112,9 +111,6 @@ type Config struct {
 	// LivenessTTL is how long a worker counts as alive after its last heartbeat in
 	// BucketWorkers; zero means DefaultLivenessTTL.
 	LivenessTTL time.Duration
-	// ReapInterval is how often containers of dead workers are looked for; zero
-	// means DefaultReapInterval.
-	ReapInterval time.Duration
 	// Logger receives the worker's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// TracerProvider, MeterProvider and Propagator are OpenTelemetry's; nil means
@@ -140,7 +136,6 @@ func (c *Config) setDefaults() {
 	def(&c.DuplicateWindow, DefaultDuplicateWindow)
 	def(&c.DefaultTimeout, DefaultExecutionTimeout)
 	def(&c.LivenessTTL, DefaultLivenessTTL)
-	def(&c.ReapInterval, DefaultReapInterval)
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}

@@ -22,16 +22,15 @@ func (w *Worker) announce(ctx context.Context) error {
 	return nil
 }
 
-// keepAlive refreshes the worker's liveness entry and, now and then, its fleet entry,
-// and removes the containers of workers of the fleet whose liveness entries expired.
+// keepAlive refreshes the worker's liveness entry and, now and then, its fleet entry.
+// (The pool's reaper, asking WorkerAlive, removes the containers of the workers whose
+// entries expired.)
 func (w *Worker) keepAlive() {
 	defer w.background.Done()
 	beat := time.NewTicker(w.cfg.LivenessTTL / 3)
 	defer beat.Stop()
 	member := time.NewTicker(FleetMemory / 4)
 	defer member.Stop()
-	reap := time.NewTicker(w.cfg.ReapInterval)
-	defer reap.Stop()
 	for {
 		select {
 		case <-w.pulling.Done():
@@ -46,14 +45,6 @@ func (w *Worker) keepAlive() {
 			ctx, cancel := context.WithTimeout(w.pulling, 5*time.Second)
 			if _, err := w.fleet.Put(ctx, w.cfg.WorkerID, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil && w.pulling.Err() == nil {
 				w.log.Warn("refresh fleet membership", "err", err)
-			}
-			cancel()
-		case <-reap.C:
-			ctx, cancel := context.WithTimeout(w.pulling, 30*time.Second)
-			if n, err := w.cfg.Pool.ReapOrphans(ctx); err != nil && w.pulling.Err() == nil {
-				w.log.Warn("reap containers of dead workers", "err", err)
-			} else if n > 0 {
-				w.log.Info("removed containers of dead workers", "count", n)
 			}
 			cancel()
 		}

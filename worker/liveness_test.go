@@ -63,7 +63,7 @@ func TestAWorkerCutOffFromNATSKeepsItsContainersAndFinishesItsJob(t *testing.T) 
 		t.Fatal(err)
 	}
 	t.Cleanup(cut.Close)
-	fast := func(c *worker.Config) { c.LivenessTTL, c.ReapInterval = 2*time.Second, 200*time.Millisecond }
+	fast := func(c *worker.Config) { c.LivenessTTL = 2 * time.Second }
 	_, pool := startWorkerPool(t, cut, sandboxpool.Sandbox{PoolSize: 1}, nil, fast)
 	a := newAgent(t, nc)
 	id := newID("cutoff")
@@ -72,7 +72,7 @@ func TestAWorkerCutOffFromNATSKeepsItsContainersAndFinishesItsJob(t *testing.T) 
 	testenv.WaitFor(t, time.Minute, "the job to start on the worker to be cut off", func() bool { return find(a.allEvents(id), wire.EventStarted) != nil })
 	// The peer: its reaper runs often and counts a worker dead at once; only the grace
 	// (the default) stands between it and the cut-off worker's containers.
-	startWorkerPool(t, nc, sandboxpool.Sandbox{PoolSize: 1}, func(c *sandboxpool.Config) { c.ReapMinAge = time.Millisecond }, fast)
+	startWorkerPool(t, nc, sandboxpool.Sandbox{PoolSize: 1}, func(c *sandboxpool.Config) { c.ReapMinAge, c.ReapInterval = time.Millisecond, 200*time.Millisecond }, fast)
 
 	link.Cut()
 	js, err := jetstream.New(nc)

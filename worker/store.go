@@ -43,25 +43,29 @@ func (w *Worker) storeEvents(p *publisher, log *slog.Logger) error {
 			return err
 		}
 		delay = min(2*delay, storeMaxDelay)
-		p.republish()
+		ctx, cancel = w.publishContext()
+		p.republish(ctx)
+		cancel()
 	}
 }
 
-// republish sends every event whose ack is pending again, as a new message (the old
-// one's reply subject belongs to the old ack).
-func (p *publisher) republish() {
+// republish sends every event whose ack is pending again (those the stream stored
+// are dropped as duplicates; a stream that was lost and recreated gets them back), as new messages (the old one's
+// reply subject belongs to the old ack), one at a time and in order: each waits for
+// the stream to store the one before, so that a stream coming back midway does not
+// store a later event before an earlier one. It stops at the first failure, which
+// wait then reports; the rest stays pending for the next try.
+func (p *publisher) republish(ctx context.Context) {
 	sent := p.pending
 	p.pending, p.err = nil, nil
 	for i, f := range sent {
 		old := f.Msg()
-		nf, err := p.js.PublishMsgAsync(&nats.Msg{Subject: old.Subject, Header: old.Header, Data: old.Data})
-		if err != nil {
-			// The rest stays pending as it was: the next try sends it again.
-			p.pending = append(p.pending, sent[i:]...)
-			p.err = fmt.Errorf("publish the events of %s again: %w", p.ref, err)
+		_, err := p.js.PublishMsg(ctx, &nats.Msg{Subject: old.Subject, Header: old.Header, Data: old.Data})
+		if err != nil && !endExists(err) {
+			p.pending = sent[i:] // for the next try
+			p.err = fmt.Errorf("event of %s not stored: %w", p.ref, err)
 			return
 		}
-		p.pending = append(p.pending, nf)
 	}
 }
 

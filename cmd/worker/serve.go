@@ -177,14 +177,15 @@ func (m *member) run(ctx context.Context, warm chan struct{}) error {
 		return err
 	}
 	poolCfg := sandboxpool.Config{
-		Docker:      m.docker,
-		WorkerID:    m.id,
-		Secrets:     m.cfg.Secrets,
-		HostPathMap: m.cfg.HostPathMap,
-		WorkerAlive: worker.WorkerAlive(js),
-		ReapMinAge:  m.settings.ReapMinAge,
-		ReapGrace:   m.settings.ReapGrace,
-		Logger:      m.log,
+		Docker:       m.docker,
+		WorkerID:     m.id,
+		Secrets:      m.cfg.Secrets,
+		HostPathMap:  m.cfg.HostPathMap,
+		WorkerAlive:  worker.WorkerAlive(js),
+		ReapInterval: m.settings.ReapInterval,
+		ReapMinAge:   m.settings.ReapMinAge,
+		ReapGrace:    m.settings.ReapGrace,
+		Logger:       m.log,
 	}
 	wcfg := worker.Config{NATS: m.nc, WorkerID: m.id, Logger: m.log}
 	for _, name := range m.cfg.Names() {

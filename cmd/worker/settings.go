@@ -90,7 +90,6 @@ func (s Settings) Apply(cfg *worker.Config) {
 	set(&cfg.EventsMaxAge, s.EventsMaxAge)
 	set(&cfg.DuplicateWindow, s.DuplicateWindow)
 	set(&cfg.LivenessTTL, s.LivenessTTL)
-	set(&cfg.ReapInterval, s.ReapInterval)
 	if s.Replicas != 0 {
 		cfg.Replicas = s.Replicas
 	}
