@@ -23,22 +23,6 @@ const (
 	DefaultPoolSize = 2
 	// DefaultMaxOverflow is the number of containers allowed above the pool size.
 	DefaultMaxOverflow = 4
-	// DefaultMaxUses is the number of executions after which a container is retired.
-	DefaultMaxUses = 50
-	// DefaultIdleTimeout is how long a container above the pool size may stay idle.
-	DefaultIdleTimeout = 10 * time.Minute
-	// DefaultReadyTimeout is how long a new container has to announce ready.
-	DefaultReadyTimeout = 30 * time.Second
-	// DefaultMemoryMB is a container's memory limit in MiB (no swap).
-	DefaultMemoryMB = 512
-	// DefaultCPUs is a container's CPU quota in CPUs.
-	DefaultCPUs = 1.0
-	// DefaultPIDs is a container's PIDs limit.
-	DefaultPIDs = 128
-	// DefaultWorkspaceMB is the size of the /workspace tmpfs in MiB.
-	DefaultWorkspaceMB = 64
-	// DefaultTmpMB is the size of the /tmp tmpfs in MiB.
-	DefaultTmpMB = 64
 )
 
 // Config is a loaded configuration file: every sandbox, resolved and validated.
@@ -145,15 +129,18 @@ type WheelFile struct {
 
 // Resources are a container's limits.
 type Resources struct {
-	// MemoryMB is the memory limit in MiB, without swap; default DefaultMemoryMB.
+	// MemoryMB is the memory limit in MiB, without swap; zero means the pool's
+	// default (sandboxpool.DefaultMemoryBytes).
 	MemoryMB int64
-	// CPUs is the CPU quota; default DefaultCPUs.
+	// CPUs is the CPU quota; zero means the pool's default (sandboxpool.DefaultNanoCPUs).
 	CPUs float64
-	// PIDs is the PIDs limit; default DefaultPIDs.
+	// PIDs is the PIDs limit; zero means the pool's default (sandboxpool.DefaultPIDs).
 	PIDs int64
-	// WorkspaceMB is the size of the /workspace tmpfs in MiB; default DefaultWorkspaceMB.
+	// WorkspaceMB is the size of the /workspace tmpfs in MiB; zero means the pool's
+	// default (sandboxpool.DefaultTmpfsBytes).
 	WorkspaceMB int64
-	// TmpMB is the size of the /tmp tmpfs in MiB; default DefaultTmpMB.
+	// TmpMB is the size of the /tmp tmpfs in MiB; zero means the pool's default
+	// (sandboxpool.DefaultTmpfsBytes).
 	TmpMB int64
 }
 
@@ -190,13 +177,13 @@ type PoolSettings struct {
 	// DefaultMaxOverflow.
 	MaxOverflow int
 	// MaxUses is the number of executions before a container is retired, at least
-	// 1; default DefaultMaxUses.
+	// 1; zero means the pool's default (sandboxpool.DefaultMaxUses).
 	MaxUses int
 	// IdleTimeout is how long a container above Size may stay idle; default
-	// DefaultIdleTimeout.
+	// the pool's (sandboxpool.DefaultIdleTimeout).
 	IdleTimeout time.Duration
 	// ReadyTimeout is how long a new container has to announce ready; default
-	// DefaultReadyTimeout.
+	// the pool's (sandboxpool.DefaultReadyTimeout).
 	ReadyTimeout time.Duration
 }
 

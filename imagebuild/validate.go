@@ -153,22 +153,24 @@ func resolveNetwork(s *Spec, in networkYAML) []error {
 	return errs
 }
 
-// resolveLimits applies the defaults to the resources and the pool of a sandbox.
+// resolveLimits checks the resources and the pool of a sandbox. What the file leaves
+// out stays zero, which the pool reads as its own default (one definition, in
+// sandboxpool), except the pool's size and overflow, defaults of the file.
 func resolveLimits(errs *[]error, r resourcesYAML, p poolYAML) (Resources, PoolSettings) {
 	res := Resources{
-		MemoryMB:    positive(errs, "resources.memory_mb", r.MemoryMB, DefaultMemoryMB),
-		PIDs:        positive(errs, "resources.pids", r.PIDs, DefaultPIDs),
-		WorkspaceMB: positive(errs, "resources.workspace_mb", r.WorkspaceMB, DefaultWorkspaceMB),
-		TmpMB:       positive(errs, "resources.tmp_mb", r.TmpMB, DefaultTmpMB),
-		CPUs:        positive(errs, "resources.cpus", r.CPUs, DefaultCPUs),
+		MemoryMB:    positive(errs, "resources.memory_mb", r.MemoryMB, 0),
+		PIDs:        positive(errs, "resources.pids", r.PIDs, 0),
+		WorkspaceMB: positive(errs, "resources.workspace_mb", r.WorkspaceMB, 0),
+		TmpMB:       positive(errs, "resources.tmp_mb", r.TmpMB, 0),
+		CPUs:        positive(errs, "resources.cpus", r.CPUs, 0),
 	}
 
 	pool := PoolSettings{
 		Size:         atLeast(errs, "pool.size", p.Size, 0, DefaultPoolSize),
 		MaxOverflow:  atLeast(errs, "pool.max_overflow", p.MaxOverflow, 0, DefaultMaxOverflow),
-		MaxUses:      atLeast(errs, "pool.max_uses", p.MaxUses, 1, DefaultMaxUses),
-		IdleTimeout:  time.Duration(positive(errs, "pool.idle_timeout", p.IdleTimeout, duration(DefaultIdleTimeout))),
-		ReadyTimeout: time.Duration(positive(errs, "pool.ready_timeout", p.ReadyTimeout, duration(DefaultReadyTimeout))),
+		MaxUses:      atLeast(errs, "pool.max_uses", p.MaxUses, 1, 0),
+		IdleTimeout:  time.Duration(positive(errs, "pool.idle_timeout", p.IdleTimeout, 0)),
+		ReadyTimeout: time.Duration(positive(errs, "pool.ready_timeout", p.ReadyTimeout, 0)),
 	}
 	return res, pool
 }

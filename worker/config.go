@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jazzmine/worker/harness"
+
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -17,7 +19,7 @@ import (
 	"github.com/jazzmine/worker/wire"
 )
 
-// Defaults of the NATS side (DESIGN.md section 8), used where a Config field is zero.
+// Defaults of the NATS side (DESIGN.md section 9), used where a Config field is zero.
 const (
 	DefaultAckWait           = 30 * time.Second
 	DefaultHeartbeat         = 10 * time.Second
@@ -29,8 +31,8 @@ const (
 	DefaultMaxBacklog        = 100_000
 	DefaultMaxBacklogBytes   = 1 << 30
 	DefaultLivenessTTL       = 15 * time.Second
-	DefaultExecutionTimeout  = 30 * time.Second
-	DefaultMaxOutputBytes    = 1 << 20
+	DefaultExecutionTimeout  = harness.DefaultTimeout        // the harness's, one definition
+	DefaultMaxOutputBytes    = harness.DefaultMaxOutputBytes // the harness's, one definition
 	DefaultEventPublishLimit = 10 * time.Second
 )
 

@@ -95,13 +95,13 @@ func (p *publisher) publish(ev *wire.Event) error {
 }
 
 // send publishes the held events, in order, until one fails. A failure that passes by
-// itself (storeFailureIsTransient) keeps the rest held, for the next event or
+// itself (Transient) keeps the rest held, for the next event or
 // storeEvents to send: the script is not run again for it. Any other is returned.
 func (p *publisher) send() error {
 	for len(p.held) > 0 {
 		f, err := p.js.PublishMsgAsync(p.held[0])
 		if err != nil {
-			if storeFailureIsTransient(err) {
+			if Transient(err) {
 				return nil
 			}
 			return err

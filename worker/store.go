@@ -33,7 +33,7 @@ func (w *Worker) storeEvents(p *publisher, log *slog.Logger) error {
 		ctx, cancel := w.publishContext()
 		err := p.wait(ctx)
 		cancel()
-		if err == nil || p.unsent || !storeFailureIsTransient(err) {
+		if err == nil || p.unsent || !Transient(err) {
 			return err
 		}
 		log.Warn("events not stored yet; sending them again", "execution_id", p.ref, "events", len(p.pending), "in", delay, "err", err)
@@ -69,9 +69,12 @@ func (p *publisher) republish(ctx context.Context) {
 	}
 }
 
-// storeFailureIsTransient reports whether a failure to store events is one that
-// passes by itself: no answer, or an answer that the stream cannot take messages now.
-func storeFailureIsTransient(err error) bool {
+// Transient reports whether err is JetStream unable to serve for now, a failure
+// that passes by itself: a request or an ack that timed out or found no responder, a
+// 503 (no meta leader yet, a stream's group electing its leader), or a publish the
+// client held back (too many acks outstanding, the reconnect buffer full). The worker
+// sends events again for it; cmd/worker tries its start again for it.
+func Transient(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, jetstream.ErrAsyncPublishTimeout),

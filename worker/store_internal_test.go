@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-func TestOnlyTransientStoreFailuresAreTriedAgain(t *testing.T) {
+func TestOnlyTransientFailuresAreTriedAgain(t *testing.T) {
 	wrap := func(err error) error { return fmt.Errorf("event of x not stored: %w", err) }
 	for _, tc := range []struct {
 		name string
@@ -26,10 +26,14 @@ func TestOnlyTransientStoreFailuresAreTriedAgain(t *testing.T) {
 		{"a message too large for the server", wrap(nats.ErrMaxPayload), false},
 		{"a stream that refuses the message", wrap(&jetstream.APIError{Code: 400, ErrorCode: 10054, Description: "maximum message size exceeded"}), false},
 		{"a closed connection", wrap(nats.ErrConnectionClosed), false},
+		{"a server without a meta leader yet", wrap(jetstream.ErrJetStreamNotEnabled), true},
+		{"a request nobody answered", wrap(nats.ErrNoResponders), true},
+		{"a config the server refuses", wrap(&jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use with a different configuration"}), false},
+		{"a cancelled request", wrap(context.Canceled), false},
 		{"anything else", errors.New("boom"), false},
 	} {
-		if got := storeFailureIsTransient(tc.err); got != tc.want {
-			t.Errorf("%s: storeFailureIsTransient(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		if got := Transient(tc.err); got != tc.want {
+			t.Errorf("%s: Transient(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
 	}
 }

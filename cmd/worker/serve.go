@@ -247,7 +247,7 @@ func startWorker(ctx context.Context, w *worker.Worker, log *slog.Logger) error 
 		tctx, cancel := context.WithTimeout(ctx, limit)
 		err := w.Start(tctx)
 		cancel()
-		if err == nil || !jetStreamNotReady(err) || ctx.Err() != nil {
+		if err == nil || !worker.Transient(err) || ctx.Err() != nil {
 			return err
 		}
 		wait := delay/2 + rand.N(delay) // from half the delay to one and a half
@@ -259,20 +259,6 @@ func startWorker(ctx context.Context, w *worker.Worker, log *slog.Logger) error 
 		}
 		delay, limit = min(2*delay, 5*time.Second), min(limit*3/2, 30*time.Second)
 	}
-}
-
-// jetStreamNotReady reports whether err is how JetStream answers while it cannot serve
-// yet: a request that timed out or found no responder, or a 503 (no meta leader, or
-// an asset's group still electing its leader).
-func jetStreamNotReady(err error) bool {
-	var apiErr *jetstream.APIError
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders):
-		return true
-	case errors.As(err, &apiErr):
-		return apiErr.Code == http.StatusServiceUnavailable
-	}
-	return false
 }
 
 func closePool(pool *sandboxpool.Pool, log *slog.Logger) {
