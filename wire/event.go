@@ -217,22 +217,35 @@ func (e *Event) toWire(ct string) (*eventWire, error) {
 	return w, nil
 }
 
-// prepareField prepares the value of a data field for encoding (see prepare).
+// prepareField prepares the value of a data field for encoding: for msgpack
+// with prepare; JSON checks it as it writes it.
 func prepareField(v any, field, ct string) (value, error) {
-	p, _, err := prepare(v, ct == ContentTypeJSON, 0)
+	if ct == ContentTypeJSON {
+		return value{v, field}, nil
+	}
+	p, _, err := prepare(v, 0)
 	if err != nil {
 		return value{}, fmt.Errorf("field %q: %w", field, err)
 	}
 	return value{p, field}, nil
 }
 
-func (w *eventWire) toEvent() (*Event, error) {
-	e := &Event{
+// toEvent sets e to the event w encodes; it leaves e as it is on an error.
+func (w *eventWire) toEvent(e *Event) error {
+	var t time.Time
+	if w.Time != "" {
+		var err error
+		if t, err = time.Parse(time.RFC3339Nano, w.Time); err != nil {
+			return fmt.Errorf("field \"time\": %s is not an RFC 3339 time", quote(w.Time))
+		}
+	}
+	*e = Event{
 		ExecutionID: w.ExecutionID,
 		Type:        w.Type,
 		Seq:         w.Seq,
 		Attempt:     w.Attempt,
 		WorkerID:    w.WorkerID,
+		Time:        t,
 		Metadata:    w.Metadata,
 		Sandbox:     w.Sandbox,
 		ContainerID: w.ContainerID,
@@ -246,13 +259,6 @@ func (w *eventWire) toEvent() (*Event, error) {
 		Kind:        w.Kind,
 		FinalData:   w.FinalData.v,
 	}
-	if w.Time != "" {
-		t, err := time.Parse(time.RFC3339Nano, w.Time)
-		if err != nil {
-			return nil, fmt.Errorf("field \"time\": %s is not an RFC 3339 time", quote(w.Time))
-		}
-		e.Time = t
-	}
 	if len(e.Metadata) == 0 {
 		e.Metadata = nil
 	}
@@ -265,7 +271,7 @@ func (w *eventWire) toEvent() (*Event, error) {
 	if w.OutputBytes != nil {
 		e.OutputBytes = *w.OutputBytes
 	}
-	return e, nil
+	return nil
 }
 
 // MarshalJSON encodes e as [EncodeEvent] does with [ContentTypeJSON].
@@ -319,11 +325,7 @@ func (e *Event) decode(ct string, b []byte) error {
 	if err != nil {
 		return err
 	}
-	ev, err := w.toEvent()
-	if err == nil {
-		*e = *ev
-	}
-	return err
+	return w.toEvent(e)
 }
 
 var (

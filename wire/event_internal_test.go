@@ -32,3 +32,19 @@ func TestEventWireFollowsEvent(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryFieldIsChecked keeps the type checks of a msgpack message in step
+// with the fields: a field of a kind scan does not know would go unchecked,
+// and the library would convert what it holds silently.
+func TestEveryFieldIsChecked(t *testing.T) {
+	for name, fields := range map[string]map[string]kind{"Job": jobFields, "eventWire": eventFields} {
+		for field, k := range fields {
+			if k == anyKind {
+				t.Errorf("%s field %q has no kind for scan to check", name, field)
+			}
+		}
+	}
+	if len(jobFields) != reflect.TypeFor[Job]().NumField() || len(eventFields) != reflect.TypeFor[eventWire]().NumField() {
+		t.Errorf("%d job fields, %d event fields: two fields share a msgpack name", len(jobFields), len(eventFields))
+	}
+}

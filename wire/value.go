@@ -30,7 +30,7 @@ type value struct {
 func (x value) IsZero() bool { return x.v == nil }
 
 func (x value) MarshalJSON() ([]byte, error) {
-	b, err := marshalJSON(x.v)
+	b, err := appendJSON(nil, x.v, 0)
 	if err != nil {
 		return nil, fmt.Errorf("field %q: %w", x.field, err)
 	}
@@ -61,46 +61,31 @@ func (x *value) DecodeMsgpack(dec *msgpack.Decoder) error {
 	return err
 }
 
-// prepare checks v, a value of Event.Data, for what both encodings can carry
-// (finite numbers, raw JSON that decodes, at most maxDepth nesting) and
-// returns it ready for the encoder of one of them, and whether that is a
-// copy: json.Number and, in msgpack, json.RawMessage replaced by the values
-// they hold; in JSON, raw JSON as it is and a float with an integral value
-// written with a ".0", so that it decodes as a float again. Slices and maps
-// are copied only when something in them changes. Values of other types are
-// left to the encoders.
-func prepare(v any, toJSON bool, depth int) (any, bool, error) {
+// prepare checks v, a value of Event.Data, for what JSON can carry (finite
+// numbers, raw JSON that decodes, at most maxDepth nesting) and returns it
+// ready for the msgpack library, and whether that is a copy: json.Number and
+// json.RawMessage replaced by the values they hold. Slices and maps are
+// copied only when something in them changes. Values of other types are left
+// to the library.
+func prepare(v any, depth int) (any, bool, error) {
 	if depth > maxDepth {
-		return nil, false, fmt.Errorf("arrays and maps nest deeper than %d levels", maxDepth)
+		return nil, false, errTooDeep
 	}
 	switch x := v.(type) {
 	case float64:
-		return prepareFloat(v, x, 64, toJSON)
+		return v, false, checkFinite(x)
 	case float32:
-		return prepareFloat(v, float64(x), 32, toJSON)
+		return v, false, checkFinite(float64(x))
 	case json.Number:
 		n, err := parseNumber(string(x))
-		if err != nil {
-			return nil, false, err
-		}
-		n, _, err = prepare(n, toJSON, depth)
 		return n, true, err
 	case json.RawMessage:
-		if len(x) == 0 {
-			return nil, true, nil
-		}
-		if !utf8.Valid(x) {
-			return nil, false, errors.New("raw JSON data is not valid UTF-8")
-		}
-		n, err := decodeJSONValue(x)
-		if err != nil || toJSON { // encoding/json compacts it
-			return x, false, wrapError("raw JSON data: %w", err)
-		}
-		return n, true, nil
+		n, err := decodeRawJSON(x)
+		return n, true, err
 	case []any:
 		var out []any
 		for i, e := range x {
-			n, changed, err := prepare(e, toJSON, depth+1)
+			n, changed, err := prepare(e, depth+1)
 			if err != nil {
 				return nil, false, err
 			}
@@ -116,10 +101,10 @@ func prepare(v any, toJSON bool, depth int) (any, bool, error) {
 		}
 	case map[string]any:
 		var out map[string]any
-		for _, k := range slices.Sorted(maps.Keys(x)) { // the same error first every time
-			n, changed, err := prepare(x[k], toJSON, depth+1)
+		for k, e := range x {
+			n, changed, err := prepare(e, depth+1)
 			if err != nil {
-				return nil, false, err
+				return nil, false, firstError(x, depth, err)
 			}
 			if changed && out == nil {
 				out = maps.Clone(x)
@@ -135,34 +120,145 @@ func prepare(v any, toJSON bool, depth int) (any, bool, error) {
 	return v, false, nil
 }
 
-// prepareFloat prepares v, which holds f, a float of that many bits.
-func prepareFloat(v any, f float64, bits int, toJSON bool) (any, bool, error) {
+// appendJSON appends the JSON of v, a value of Event.Data, to b, with the
+// checks of prepare: maps with sorted keys, and floats with a fraction or an
+// exponent, so that they decode as floats again (1.0, not 1), which
+// encoding/json cannot do. Values of other types are left to encoding/json,
+// and so are strings with characters to escape. The caller compacts raw JSON.
+func appendJSON(b []byte, v any, depth int) ([]byte, error) {
+	if depth > maxDepth {
+		return nil, errTooDeep
+	}
+	var err error
+	switch x := v.(type) {
+	case nil:
+		return append(b, "null"...), nil
+	case bool:
+		return strconv.AppendBool(b, x), nil
+	case string:
+		return appendJSONString(b, x), nil
+	case int64:
+		return strconv.AppendInt(b, x, 10), nil
+	case uint64:
+		return strconv.AppendUint(b, x, 10), nil
+	case float64:
+		return appendJSONFloat(b, x, 64)
+	case float32:
+		return appendJSONFloat(b, float64(x), 32)
+	case json.Number, json.RawMessage:
+		if v, _, err = prepare(x, depth); err != nil {
+			return nil, err
+		}
+		if raw, ok := x.(json.RawMessage); ok && v != nil {
+			return append(b, raw...), nil // checked
+		}
+		return appendJSON(b, v, depth)
+	case []any:
+		if x == nil {
+			return append(b, "null"...), nil
+		}
+		b = append(b, '[')
+		for i, e := range x {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, err = appendJSON(b, e, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, ']'), nil
+	case map[string]any:
+		if x == nil {
+			return append(b, "null"...), nil
+		}
+		b = append(b, '{')
+		for i, k := range slices.Sorted(maps.Keys(x)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			if b, err = appendJSON(b, x[k], depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return append(b, '}'), nil
+	}
+	j, err := marshalJSON(v)
+	return append(b, j...), err
+}
+
+// appendJSONString appends s as encoding/json does without HTML escaping,
+// which it leaves to encoding/json when s has characters to escape.
+func appendJSONString(b []byte, s string) []byte {
+	plain := utf8.ValidString(s)
+	for i := 0; plain && i < len(s); i++ {
+		c := s[i]
+		plain = c >= 0x20 && c != '"' && c != '\\' && (c != 0xe2 || !strings.HasPrefix(s[i:], "\u2028") && !strings.HasPrefix(s[i:], "\u2029"))
+	}
+	if !plain {
+		j, _ := marshalJSON(s)
+		return append(b, j...)
+	}
+	return append(append(append(b, '"'), s...), '"')
+}
+
+// appendJSONFloat appends f, a float of that many bits, as encoding/json
+// does, plus ".0" when it would read as an integer.
+func appendJSONFloat(b []byte, f float64, bits int) ([]byte, error) {
+	if err := checkFinite(f); err != nil {
+		return nil, err
+	}
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) { // with an exponent
+		var v any = f
+		if bits == 32 {
+			v = float32(f)
+		}
+		j, err := json.Marshal(v)
+		return append(b, j...), err
+	}
+	start := len(b)
+	b = strconv.AppendFloat(b, f, 'f', -1, bits)
+	if !bytes.ContainsRune(b[start:], '.') {
+		b = append(b, ".0"...)
+	}
+	return b, nil
+}
+
+// decodeRawJSON decodes raw JSON data into the values of Event.Data; empty
+// data is nil.
+func decodeRawJSON(raw json.RawMessage) (any, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	if !utf8.Valid(raw) {
+		return nil, errors.New("raw JSON data is not valid UTF-8")
+	}
+	v, err := decodeJSONValue(raw)
+	if err != nil {
+		return nil, fmt.Errorf("raw JSON data: %w", err)
+	}
+	return v, nil
+}
+
+// firstError returns the error of the first value of m, in the order of its
+// keys, that prepare rejects, so that it is the same every time; err is one.
+func firstError(m map[string]any, depth int, err error) error {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if _, _, err := prepare(m[k], depth+1); err != nil {
+			return err
+		}
+	}
+	return err
+}
+
+var errTooDeep = fmt.Errorf("arrays and maps nest deeper than %d levels", maxDepth)
+
+func checkFinite(f float64) error {
 	if !isFinite(f) {
-		return nil, false, fmt.Errorf("%v is not a number JSON can carry", f)
+		return fmt.Errorf("%v is not a number JSON can carry", f)
 	}
-	if toJSON && f == math.Trunc(f) && math.Abs(f) < 1e21 { // encoding/json writes 1e21 and up with an exponent
-		return wholeFloat{f, bits}, true, nil
-	}
-	return v, false, nil
-}
-
-// wholeFloat is a float with an integral value, which JSON writes as 1.0,
-// not 1, so that it decodes as a float again.
-type wholeFloat struct {
-	f    float64
-	bits int
-}
-
-func (w wholeFloat) MarshalJSON() ([]byte, error) {
-	return append(strconv.AppendFloat(nil, w.f, 'f', -1, w.bits), ".0"...), nil
-}
-
-// wrapError wraps a non-nil err with fmt.Errorf(format, err).
-func wrapError(format string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf(format, err)
+	return nil
 }
 
 // normalize turns, in place, the numbers a decoder gives into those of
