@@ -13,12 +13,7 @@ import (
 )
 
 func newBackgroundWorker() *Worker {
-	return &Worker{
-		log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		bgDropped: map[*nats.Subscription]int{},
-		bgSlots:   make(chan struct{}, backgroundLimit),
-		bgStop:    make(chan struct{}),
-	}
+	return &Worker{bg: newBackground(slog.New(slog.NewTextHandler(io.Discard, nil)))}
 }
 
 func TestBackgroundWorkRunsAtMostItsLimitAtOnceAndDropsNothing(t *testing.T) {
@@ -42,9 +37,9 @@ func TestBackgroundWorkRunsAtMostItsLimitAtOnceAndDropsNothing(t *testing.T) {
 	}()
 	// Nothing ends until the handler waits for a slot, or has started every task.
 	for held := false; !held; runtime.Gosched() {
-		w.mu.Lock()
-		full := w.bgFull
-		w.mu.Unlock()
+		w.bg.mu.Lock()
+		full := w.bg.full
+		w.bg.mu.Unlock()
 		select {
 		case <-handlerDone:
 			held = running.Load() == tasks
@@ -54,7 +49,7 @@ func TestBackgroundWorkRunsAtMostItsLimitAtOnceAndDropsNothing(t *testing.T) {
 	}
 	close(release)
 	<-handlerDone
-	w.closeBackground()
+	w.bg.close()
 	if got := ran.Load(); got != tasks {
 		t.Errorf("%d of %d tasks ran", got, tasks)
 	}
@@ -79,18 +74,18 @@ func TestAHandlerWaitingForBackgroundWorkIsReleasedAtShutdown(t *testing.T) {
 		w.goBackground(&nats.Msg{Subject: "jazzmine.cancel.y"}, func(context.Context) { extraRan.Store(true) })
 	}()
 	for full := false; !full; { // the handler waits for a slot
-		w.mu.Lock()
-		full = w.bgFull
-		w.mu.Unlock()
+		w.bg.mu.Lock()
+		full = w.bg.full
+		w.bg.mu.Unlock()
 		runtime.Gosched()
 	}
-	w.mu.Lock()
-	w.bgClosed = true
-	close(w.bgStop)
-	w.mu.Unlock()
+	w.bg.mu.Lock()
+	w.bg.closed = true
+	close(w.bg.stop)
+	w.bg.mu.Unlock()
 	<-waiting // returns although every slot is still held
 	close(hold)
-	w.background.Wait()
+	w.bg.wg.Wait()
 	if extraRan.Load() {
 		t.Error("a task started after shutdown")
 	}

@@ -4,51 +4,78 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// announce records the worker as alive in BucketWorkers and as a member of the fleet
-// in BucketFleet.
-func (w *Worker) announce(ctx context.Context) error {
-	now := []byte(time.Now().UTC().Format(time.RFC3339))
-	if _, err := w.workers.Put(ctx, w.cfg.WorkerID, now); err != nil {
-		return fmt.Errorf("announce worker %s: %w", w.cfg.WorkerID, err)
+// liveness is the worker's standing in the fleet: its entry in BucketWorkers,
+// refreshed every third of the TTL while it runs, and in BucketFleet, refreshed
+// now and then. (The pool's reaper, asking WorkerAlive, removes the containers of
+// the workers whose entries expired.)
+type liveness struct {
+	workers, fleet jetstream.KeyValue // set by ensureStreams
+	id             string
+	ttl            time.Duration
+	log            *slog.Logger
+	done           sync.WaitGroup
+}
+
+// announce records the worker as alive and as a member of the fleet.
+func (l *liveness) announce(ctx context.Context) error {
+	if err := l.put(ctx, l.workers); err != nil {
+		return fmt.Errorf("announce worker %s: %w", l.id, err)
 	}
-	if _, err := w.fleet.Put(ctx, w.cfg.WorkerID, now); err != nil {
-		return fmt.Errorf("record worker %s in the fleet: %w", w.cfg.WorkerID, err)
+	if err := l.put(ctx, l.fleet); err != nil {
+		return fmt.Errorf("record worker %s in the fleet: %w", l.id, err)
 	}
 	return nil
 }
 
-// keepAlive refreshes the worker's liveness entry and, now and then, its fleet entry.
-// (The pool's reaper, asking WorkerAlive, removes the containers of the workers whose
-// entries expired.)
-func (w *Worker) keepAlive() {
-	defer w.background.Done()
-	beat := time.NewTicker(w.cfg.LivenessTTL / 3)
-	defer beat.Stop()
-	member := time.NewTicker(FleetMemory / 4)
-	defer member.Stop()
-	for {
-		select {
-		case <-w.pulling.Done():
-			return
-		case <-beat.C:
-			ctx, cancel := context.WithTimeout(w.pulling, 5*time.Second)
-			if _, err := w.workers.Put(ctx, w.cfg.WorkerID, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil && w.pulling.Err() == nil {
-				w.log.Warn("refresh liveness", "err", err)
+func (l *liveness) put(ctx context.Context, kv jetstream.KeyValue) error {
+	_, err := kv.Put(ctx, l.id, []byte(time.Now().UTC().Format(time.RFC3339)))
+	return err
+}
+
+// keep refreshes both entries until ctx ends; stop waits for it.
+func (l *liveness) keep(ctx context.Context) {
+	l.done.Add(1)
+	go func() {
+		defer l.done.Done()
+		beat := time.NewTicker(l.ttl / 3)
+		defer beat.Stop()
+		member := time.NewTicker(FleetMemory / 4)
+		defer member.Stop()
+		for {
+			kv, what := l.workers, "refresh liveness"
+			select {
+			case <-ctx.Done():
+				return
+			case <-beat.C:
+			case <-member.C:
+				kv, what = l.fleet, "refresh fleet membership"
 			}
-			cancel()
-		case <-member.C:
-			ctx, cancel := context.WithTimeout(w.pulling, 5*time.Second)
-			if _, err := w.fleet.Put(ctx, w.cfg.WorkerID, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil && w.pulling.Err() == nil {
-				w.log.Warn("refresh fleet membership", "err", err)
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := l.put(pctx, kv); err != nil && ctx.Err() == nil {
+				l.log.Warn(what, "err", err)
 			}
 			cancel()
 		}
+	}()
+}
+
+// withdraw waits for keep to end and deletes the liveness entry: the worker is gone
+// at once, not after the TTL.
+func (l *liveness) withdraw(ctx context.Context) {
+	l.done.Wait()
+	if l.workers == nil {
+		return
 	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = l.workers.Delete(dctx, l.id)
 }
 
 // WorkerAlive reports whether the containers of the worker with the id must be left

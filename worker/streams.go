@@ -54,11 +54,11 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		}
 		switch b.Bucket {
 		case BucketWorkers:
-			w.workers = kv
+			w.live.workers = kv
 		case BucketCancels:
 			w.cancels = kv
 		case BucketFleet:
-			w.fleet = kv
+			w.live.fleet = kv
 		}
 	}
 	for _, sb := range c.Sandboxes {

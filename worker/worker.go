@@ -27,26 +27,20 @@ type Worker struct {
 
 	consumers    map[string]jetstream.Consumer // by sandbox, set by Start
 	eventsStream jetstream.Stream              // StreamEvents, set by Start
-	workers      jetstream.KeyValue            // BucketWorkers
 	cancels      jetstream.KeyValue            // BucketCancels
-	fleet        jetstream.KeyValue            // BucketFleet
+	live         *liveness                     // BucketWorkers and BucketFleet (liveness.go)
 
-	mu        sync.Mutex // guards running, stopped and the bg fields but the channels
-	running   map[string]*execution
-	stopped   bool
-	bgClosed  bool                       // no more background work may start
-	bgFull    bool                       // a message waits for a background slot; logged once
-	bgDropped map[*nats.Subscription]int // messages the client dropped, as last logged
+	mu      sync.Mutex // guards running and stopped
+	running map[string]*execution
+	stopped bool
 
-	bgSlots chan struct{} // a token per background task running (background.go)
-	bgStop  chan struct{} // closed with bgClosed
+	bg *background // cancels and triage (background.go)
 
 	pulling     context.Context // ends when the worker stops taking jobs
 	stopPulling context.CancelFunc
 	jobs        context.Context // parent of every running job; ended after the grace period
 	stopJobs    context.CancelFunc
 	loops       sync.WaitGroup // pull loops and the jobs they run
-	background  sync.WaitGroup // everything else
 	subs        []*nats.Subscription
 }
 
@@ -85,9 +79,8 @@ func New(cfg Config) (*Worker, error) {
 		js:        js,
 		consumers: map[string]jetstream.Consumer{},
 		running:   map[string]*execution{},
-		bgDropped: map[*nats.Subscription]int{},
-		bgSlots:   make(chan struct{}, backgroundLimit),
-		bgStop:    make(chan struct{}),
+		bg:        newBackground(cfg.Logger),
+		live:      &liveness{id: cfg.WorkerID, ttl: cfg.LivenessTTL, log: cfg.Logger},
 	}
 	w.pulling, w.stopPulling = context.WithCancel(context.Background())
 	w.jobs, w.stopJobs = context.WithCancel(context.Background())
@@ -110,15 +103,14 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.ensureStreams(ctx); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	if err := w.announce(ctx); err != nil {
+	if err := w.live.announce(ctx); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	if err := w.subscribe(); err != nil {
 		w.unsubscribe()
 		return fmt.Errorf("worker: %w", err)
 	}
-	w.background.Add(1) // before any Shutdown: Start has not returned yet
-	go w.keepAlive()
+	w.live.keep(w.pulling)
 	for _, sb := range w.cfg.Sandboxes {
 		for range sb.Slots {
 			w.loops.Add(1)
@@ -189,15 +181,11 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	}
 	w.stopJobs()
 	w.unsubscribe()
-	w.closeBackground()
+	w.bg.close()
 	if w.tel.reg != nil {
 		_ = w.tel.reg.Unregister()
 	}
-	if w.workers != nil {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_ = w.workers.Delete(dctx, w.cfg.WorkerID)
-		cancel()
-	}
+	w.live.withdraw(ctx)
 	return err
 }
 
