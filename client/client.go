@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel"
 
 	"github.com/jazzmine/worker/wire"
@@ -133,10 +133,13 @@ func New(cfg Config) (*Client, error) {
 	return &Client{nc: cfg.Conn, js: js, contentType: ct, maxScriptBytes: cfg.MaxScriptBytes, liveWindow: window, log: log}, nil
 }
 
-// NewExecutionID returns a new random execution id, 22 letters and digits
-// (a NUID), unique with overwhelming probability across processes. It is
-// what [Client.Submit] uses for a job without one.
-func NewExecutionID() string { return nuid.Next() }
+// NewExecutionID returns a new random execution id: crypto/rand.Text, 26
+// letters and digits (128 bits), unique with overwhelming probability and
+// unguessable, even from ids seen before. (A NUID, which it once was, is a
+// random prefix and a sequence: one id gives away the next, and the jobs
+// stream deduplicates ids across tenants.) It is what [Client.Submit] uses
+// for a job without one.
+func NewExecutionID() string { return rand.Text() }
 
 // Submit publishes job on jazzmine.exec.<job.Sandbox> and returns the
 // [Execution] that follows its events. ctx bounds the submission only, not

@@ -20,6 +20,10 @@ import (
 func (w *Worker) triage(m *nats.Msg) {
 	tenant, sandbox, err := parseExecSubject(m.Subject)
 	if err != nil {
+		// A subject no consumer can ever match (a literal wildcard, a character no
+		// sandbox name has): nothing would take it, and it would hold backlog room
+		// for good.
+		w.goBackground(m, w.purgeUnserved)
 		return
 	}
 	if _, ok := w.consumers[sandbox]; ok {
@@ -42,7 +46,8 @@ func (w *Worker) triage(m *nats.Msg) {
 	})
 }
 
-// purgeUnserved removes the jobs of every subject that no consumer serves.
+// purgeUnserved removes the jobs of every subject that no consumer serves, or can:
+// one that is no job subject at all.
 func (w *Worker) purgeUnserved(ctx context.Context) {
 	stream, err := w.js.Stream(ctx, wire.StreamExec)
 	if err != nil {
@@ -54,15 +59,39 @@ func (w *Worker) purgeUnserved(ctx context.Context) {
 	}
 	for subject := range info.State.Subjects {
 		_, sandbox, err := parseExecSubject(subject)
-		if err != nil {
-			continue
+		if err == nil {
+			exists, err := w.consumerExists(ctx, sandbox)
+			if err != nil || exists {
+				continue
+			}
 		}
-		if exists, err := w.consumerExists(ctx, sandbox); err != nil || exists {
+		if strings.ContainsAny(subject, "*>") {
+			deleteLiteral(ctx, stream, subject)
 			continue
 		}
 		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
 			w.log.Warn("purge jobs of an unknown sandbox", "subject", subject, "err", err)
 		}
+	}
+}
+
+// literalDeleteMax bounds how many messages one deleteLiteral removes.
+const literalDeleteMax = 1000
+
+// deleteLiteral removes the messages whose subject is literally subject, one that
+// holds a wildcard token ("jazzmine.exec.<tenant>.*", published as it is): purging
+// by it would take every subject it matches, other sandboxes' jobs with them.
+func deleteLiteral(ctx context.Context, stream jetstream.Stream, subject string) {
+	var seq uint64 = 1
+	for range literalDeleteMax {
+		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if err != nil {
+			return
+		}
+		if msg.Subject == subject {
+			_ = stream.DeleteMsg(ctx, msg.Sequence)
+		}
+		seq = msg.Sequence + 1
 	}
 }
 

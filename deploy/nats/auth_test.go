@@ -17,6 +17,7 @@ import (
 
 	"github.com/jazzmine/worker/client"
 	natsdeploy "github.com/jazzmine/worker/deploy/nats"
+	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/internal/testworker"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
@@ -392,5 +393,75 @@ func TestTwoTenantsCannotSeeOrCancelEachOther(t *testing.T) {
 			t.Errorf("%s's cancel of its own job: %+v, %v; want it cancelled", name, res, err)
 		}
 		e.Close()
+	}
+}
+
+// TestJobsNoWorkerCanTakeDoNotHoldTheBacklog: an agent publishes on job subjects no
+// consumer can ever match (a literal wildcard token, a character no sandbox name
+// has). Left in the jobs stream they would hold its room for good, until every
+// tenant's submit failed for a full backlog; the workers remove them, and only them.
+func TestJobsNoWorkerCanTakeDoNotHoldTheBacklog(t *testing.T) {
+	workerSeed, workerPub := userKey(t)
+	agentSeed, agentPub := userKey(t)
+	t.Setenv("JAZZMINE_WORKER_NKEY", workerPub)
+	t.Setenv("JAZZMINE_AGENT_NKEY", agentPub)
+	srv := startAuthServer(t, "auth.conf")
+	wnc := connectAs(t, srv.ClientURL(), workerSeed, nil)
+	startAuthWorker(t, wnc)
+	anc := connectAs(t, srv.ClientURL(), agentSeed, nil)
+	c, err := client.New(client.Config{Conn: anc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A job that waits in the queue meanwhile: the one slot is busy.
+	busy, err := c.Submit(ctx, wire.Job{Sandbox: "default", Script: "import time\ntime.sleep(3)\nemit_result('busy')"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	queued, err := c.Submit(ctx, wire.Job{Sandbox: "default", Script: "emit_result('queued')"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer queued.Close()
+	for i, subject := range []string{"jazzmine.exec.*", "jazzmine.exec.>", "jazzmine.exec.x!y"} {
+		msg := nats.NewMsg(subject)
+		msg.Header.Set(wire.HeaderMsgID, fmt.Sprintf("junk-%d", i))
+		msg.Data = []byte(`{"script":"pass"}`)
+		if err := anc.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := anc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	wjs, err := jetstream.New(wnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := wjs.Stream(ctx, wire.StreamExec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := func() map[string]uint64 {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter("jazzmine.exec.>"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := map[string]uint64{}
+		for s, n := range info.State.Subjects {
+			if s != "jazzmine.exec.agents.default" {
+				left[s] = n
+			}
+		}
+		return left
+	}
+	testenv.WaitFor(t, time.Minute, "the jobs no worker can take to leave the jobs stream", func() bool { return len(junk()) == 0 })
+	for _, e := range []*client.Execution{busy, queued} {
+		if res, err := e.Wait(ctx); err != nil || !res.Success {
+			t.Errorf("a job beside the junk: %+v, %v", res, err)
+		}
 	}
 }
