@@ -48,3 +48,27 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(at(0.5), "median-ms")
 	b.ReportMetric(at(0.99), "p99-ms")
 }
+
+// BenchmarkStartProcess measures a local harness's start, from StartProcess to its
+// ready event: python3's own start, the harness's imports, the zygote and the first
+// warm child. Closing it is not timed. It reports the median and p99.
+func BenchmarkStartProcess(b *testing.B) {
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		p, err := StartProcess(ctx, ProcessConfig{})
+		lat = append(lat, time.Since(start))
+		if err != nil {
+			b.Fatalf("start: %v", err)
+		}
+		b.StopTimer()
+		if err := p.Close(); err != nil {
+			b.Fatalf("close: %v", err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	reportPercentiles(b, lat)
+}

@@ -249,7 +249,7 @@ func (c *Conn) WaitReady(ctx context.Context) (Ready, error) {
 // Ping checks that the harness answers: its next line must be the pong of this ping.
 func (c *Conn) Ping(ctx context.Context) error {
 	nonce := newNonce()
-	if err := c.write(request{Type: "ping", Nonce: nonce}); err != nil {
+	if err := c.write(request{Type: requestPing, Nonce: nonce}); err != nil {
 		return err
 	}
 	if _, err := c.expect(ctx, EventPong, nonce); err != nil {
@@ -263,7 +263,7 @@ func (c *Conn) Ping(ctx context.Context) error {
 // does the same on its own after every execute; see [Conn.AwaitReset].
 func (c *Conn) Reset(ctx context.Context) error {
 	nonce := newNonce()
-	if err := c.write(request{Type: "reset", Nonce: nonce}); err != nil {
+	if err := c.write(request{Type: requestReset, Nonce: nonce}); err != nil {
 		return err
 	}
 	if _, err := c.expect(ctx, EventResetDone, nonce); err != nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/jazzmine/worker/wire"
 )
 
 // ErrInvalidRequest wraps the reasons a Request is refused before it is sent.
@@ -151,7 +153,7 @@ func (r *run) run(ctx context.Context) error {
 
 	r.c.executeNonce = r.nonce
 	err := r.c.write(request{
-		Type:            "execute",
+		Type:            requestExecute,
 		Nonce:           r.nonce,
 		ExecutionID:     r.req.ExecutionID,
 		Script:          r.req.Script,
@@ -163,7 +165,7 @@ func (r *run) run(ctx context.Context) error {
 		TraceState:      r.req.TraceState,
 	})
 	if err != nil {
-		return r.fail(ctx, KindCrashed, ErrStdoutClosed)
+		return r.fail(ctx, wire.KindCrashed, ErrStdoutClosed)
 	}
 
 	for !r.done {
@@ -173,13 +175,13 @@ func (r *run) run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return r.cancel(ctx)
 		case wait.Err() != nil:
-			return r.fail(ctx, KindTimeout, "Timed out waiting for container response")
+			return r.fail(ctx, wire.KindTimeout, "Timed out waiting for container response")
 		default:
-			return r.fail(ctx, KindCrashed, ErrStdoutClosed)
+			return r.fail(ctx, wire.KindCrashed, ErrStdoutClosed)
 		}
 		r.res.OutputBytes += l.n
 		if l.oversize || r.res.OutputBytes > r.req.MaxOutputBytes {
-			return r.fail(ctx, KindOutputLimit, fmt.Sprintf("Output limit exceeded: more than %d bytes", r.req.MaxOutputBytes))
+			return r.fail(ctx, wire.KindOutputLimit, fmt.Sprintf("Output limit exceeded: more than %d bytes", r.req.MaxOutputBytes))
 		}
 		ev, err := r.decode(l.b)
 		if err != nil {
@@ -206,8 +208,8 @@ func (r *run) decode(b []byte) (Event, error) {
 		return ev, fmt.Errorf("%w: a %s event of execution %q", ErrProtocol, ev.Type, truncate([]byte(ev.ExecutionID), 80))
 	}
 	switch ev.Type {
-	case EventIntermediate, EventLog, EventStdout, EventStderr, EventFinalResult, EventError:
-	case EventScriptDone:
+	case wire.EventIntermediate, wire.EventLog, wire.EventStdout, wire.EventStderr, wire.EventFinalResult, wire.EventError:
+	case wire.EventScriptDone:
 		if ev.Nonce != r.nonce {
 			return ev, fmt.Errorf("%w: a script_done that does not carry the execute's nonce", ErrProtocol)
 		}
@@ -223,13 +225,13 @@ func (r *run) decode(b []byte) (Event, error) {
 func (r *run) violate(ctx context.Context, err error) error {
 	r.logger().Warn("harness: protocol violation; the container will be retired", "execution_id", r.req.ExecutionID, "err", err)
 	r.res.Violation = err.Error()
-	return r.fail(ctx, KindCrashed, "Harness protocol violation: the container is retired")
+	return r.fail(ctx, wire.KindCrashed, "Harness protocol violation: the container is retired")
 }
 
 // deliver folds ev into the result and passes it on.
 func (r *run) deliver(ctx context.Context, ev Event) error {
 	switch ev.Type {
-	case EventFinalResult:
+	case wire.EventFinalResult:
 		if r.gotResult {
 			return nil
 		}
@@ -238,30 +240,30 @@ func (r *run) deliver(ctx context.Context, ev Event) error {
 		if r.res.FinalData == nil {
 			r.res.FinalData = json.RawMessage("null")
 		}
-	case EventIntermediate:
+	case wire.EventIntermediate:
 		r.res.Intermediates = append(r.res.Intermediates, Intermediate{Label: ev.Label, Data: ev.Data})
-	case EventLog:
+	case wire.EventLog:
 		r.res.Logs = append(r.res.Logs, Log{Level: ev.Level, Message: ev.Message})
-	case EventError:
+	case wire.EventError:
 		if r.gotError {
 			return nil
 		}
 		r.gotError = true
 		r.res.Error, r.res.ErrorKind, r.res.Traceback = ev.Error, ev.Kind, ev.Traceback
 		if r.res.ErrorKind == "" {
-			r.res.ErrorKind = KindScript
+			r.res.ErrorKind = wire.KindScript
 		}
-	case EventScriptDone:
+	case wire.EventScriptDone:
 		r.done = true
 		r.res.ExitCode, r.res.Signal = ev.ExitCode, ev.Signal
 		if r.req.Mode == ModePlan && !r.gotResult && !r.gotError {
 			// The harness reports this itself; this guards against one that does not.
-			if err := r.deliver(ctx, Event{Type: EventError, ExecutionID: r.req.ExecutionID, Kind: KindScript,
+			if err := r.deliver(ctx, Event{Type: wire.EventError, ExecutionID: r.req.ExecutionID, Kind: wire.KindScript,
 				Error: "Script finished without calling emit_result() (plan mode requires a result)"}); err != nil {
 				return err
 			}
 		}
-	case EventStdout, EventStderr:
+	case wire.EventStdout, wire.EventStderr:
 	default:
 		return nil // not part of an execution's stream
 	}
@@ -274,10 +276,10 @@ func (r *run) deliver(ctx context.Context, ev Event) error {
 // fail ends the run on a host-side condition: it reports an error and a script_done of
 // its own, and leaves Reusable false.
 func (r *run) fail(ctx context.Context, kind, msg string) error {
-	if err := r.deliver(ctx, Event{Type: EventError, ExecutionID: r.req.ExecutionID, Kind: kind, Error: msg}); err != nil {
+	if err := r.deliver(ctx, Event{Type: wire.EventError, ExecutionID: r.req.ExecutionID, Kind: kind, Error: msg}); err != nil {
 		return err
 	}
-	return r.deliver(ctx, Event{Type: EventScriptDone, ExecutionID: r.req.ExecutionID})
+	return r.deliver(ctx, Event{Type: wire.EventScriptDone, ExecutionID: r.req.ExecutionID})
 }
 
 // cancel asks the harness to stop the execution and waits a grace period for its
@@ -285,8 +287,8 @@ func (r *run) fail(ctx context.Context, kind, msg string) error {
 // gets a live context so that the outcome can be reported.
 func (r *run) cancel(ctx context.Context) error {
 	live := context.WithoutCancel(ctx)
-	if r.c.write(request{Type: "cancel", ExecutionID: r.req.ExecutionID}) != nil {
-		return r.fail(live, KindCancelled, "Execution cancelled")
+	if r.c.write(request{Type: requestCancel, ExecutionID: r.req.ExecutionID}) != nil {
+		return r.fail(live, wire.KindCancelled, "Execution cancelled")
 	}
 	grace := r.e.CancelGrace
 	if grace <= 0 {
@@ -297,7 +299,7 @@ func (r *run) cancel(ctx context.Context) error {
 	for !r.done {
 		l, err := r.c.next(wait)
 		if err != nil {
-			return r.fail(live, KindCancelled, "Execution cancelled")
+			return r.fail(live, wire.KindCancelled, "Execution cancelled")
 		}
 		r.res.OutputBytes += l.n
 		if l.oversize {
@@ -322,7 +324,7 @@ func (r *run) cancelAfterCallback(ctx context.Context) {
 		r.res.Reusable = true
 		return
 	}
-	if r.c.write(request{Type: "cancel", ExecutionID: r.req.ExecutionID}) != nil {
+	if r.c.write(request{Type: requestCancel, ExecutionID: r.req.ExecutionID}) != nil {
 		return
 	}
 	grace := r.e.CancelGrace
@@ -340,7 +342,7 @@ func (r *run) cancelAfterCallback(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		if ev.Type == EventScriptDone {
+		if ev.Type == wire.EventScriptDone {
 			r.res.Reusable = true
 			return
 		}

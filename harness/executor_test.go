@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jazzmine/worker/wire"
 )
 
 func TestHarnessAnnouncesLoadedToolsAndToolErrors(t *testing.T) {
@@ -58,20 +60,20 @@ emit_result({"sum": add(1, 2), "async": double(21)})
 	if len(res.Logs) != 1 || res.Logs[0] != (Log{Level: "warning", Message: "halfway"}) {
 		t.Errorf("logs = %+v", res.Logs)
 	}
-	if got, want := rec.text(EventStdout), "step one\nraw fd1\nfrom a subprocess\n"; got != want {
+	if got, want := rec.text(wire.EventStdout), "step one\nraw fd1\nfrom a subprocess\n"; got != want {
 		t.Errorf("stdout = %q, want %q", got, want)
 	}
-	if got, want := rec.text(EventStderr), "raw fd2\nto stderr\n"; got != want {
+	if got, want := rec.text(wire.EventStderr), "raw fd2\nto stderr\n"; got != want {
 		t.Errorf("stderr = %q, want %q", got, want)
 	}
 	// Streams are separate pipes, so only this is promised across them: whatever the
 	// script wrote before an emit arrives before that event.
 	types := rec.types()
 	first := rec.events[0]
-	if first.Type != EventStdout || !strings.HasPrefix(first.Text, "step one\n") {
+	if first.Type != wire.EventStdout || !strings.HasPrefix(first.Text, "step one\n") {
 		t.Errorf("first event = %+v, want the stdout printed before emit_intermediate", first)
 	}
-	if i := slices.Index(types, EventIntermediate); i < 1 || !slices.Equal(types[len(types)-2:], []string{EventFinalResult, EventScriptDone}) {
+	if i := slices.Index(types, wire.EventIntermediate); i < 1 || !slices.Equal(types[len(types)-2:], []string{wire.EventFinalResult, wire.EventScriptDone}) {
 		t.Errorf("event order = %v, want stdout first, final_result and script_done last", types)
 	}
 	if res.OutputBytes == 0 || res.ExitCode == nil || *res.ExitCode != 0 {
@@ -82,7 +84,7 @@ emit_result({"sum": add(1, 2), "async": double(21)})
 func TestModesDecideSuccessWithoutAResult(t *testing.T) {
 	h := startHarness(t, nil)
 	plan, _ := h.exec(t, "plan", "x = 1")
-	if plan.Success || plan.ErrorKind != KindScript || !strings.Contains(plan.Error, "emit_result") {
+	if plan.Success || plan.ErrorKind != wire.KindScript || !strings.Contains(plan.Error, "emit_result") {
 		t.Errorf("plan mode without a result: success=%v kind=%q error=%q, want a script error naming emit_result", plan.Success, plan.ErrorKind, plan.Error)
 	}
 	inter, _ := h.exec(t, "interactive", "x = 1", interactive)
@@ -98,17 +100,17 @@ func TestModesDecideSuccessWithoutAResult(t *testing.T) {
 func TestExceptionsCarryTheScriptsTraceback(t *testing.T) {
 	h := startHarness(t, nil)
 	res, rec := h.exec(t, "boom", "def inner():\n    raise KeyError('missing')\ninner()\n")
-	if res.Success || res.ErrorKind != KindScript || res.Error != "KeyError: 'missing'" {
+	if res.Success || res.ErrorKind != wire.KindScript || res.Error != "KeyError: 'missing'" {
 		t.Fatalf("error = %q (%s)", res.Error, res.ErrorKind)
 	}
-	if !strings.Contains(res.Traceback, `File "<script>", line 2, in inner`) || strings.Contains(res.Traceback, "executor_harness") {
+	if !strings.Contains(res.Traceback, `File "<script>", line 2, in inner`) || strings.Contains(res.Traceback, Package) {
 		t.Errorf("traceback should show the script's frames and no harness frames:\n%s", res.Traceback)
 	}
-	if got := rec.types(); !slices.Equal(got, []string{EventError, EventScriptDone}) {
+	if got := rec.types(); !slices.Equal(got, []string{wire.EventError, wire.EventScriptDone}) {
 		t.Errorf("events = %v", got)
 	}
 	syntax, _ := h.exec(t, "syntax", "def (")
-	if syntax.ErrorKind != KindScript || !strings.HasPrefix(syntax.Error, "SyntaxError") {
+	if syntax.ErrorKind != wire.KindScript || !strings.HasPrefix(syntax.Error, "SyntaxError") {
 		t.Errorf("syntax error = %q (%s)", syntax.Error, syntax.ErrorKind)
 	}
 }
@@ -118,10 +120,10 @@ func TestMissingSecretsAreNamedAndTheScriptDoesNotRun(t *testing.T) {
 	res, rec := h.exec(t, "secrets", "emit_intermediate('ran', 1)\nemit_result(1)", func(r *Request) {
 		r.RequiredSecrets = []string{"PRESENT_KEY", "STRIPE_KEY", "DB_PASSWORD"}
 	})
-	if res.Success || res.ErrorKind != KindMissingSecrets || res.Error != "Missing required secrets: DB_PASSWORD, STRIPE_KEY" {
+	if res.Success || res.ErrorKind != wire.KindMissingSecrets || res.Error != "Missing required secrets: DB_PASSWORD, STRIPE_KEY" {
 		t.Errorf("error = %q (%s)", res.Error, res.ErrorKind)
 	}
-	if slices.Contains(rec.types(), EventIntermediate) {
+	if slices.Contains(rec.types(), wire.EventIntermediate) {
 		t.Error("the script ran although secrets were missing")
 	}
 	ok, _ := h.exec(t, "present", "import os\nemit_result(os.environ['PRESENT_KEY'])", func(r *Request) { r.RequiredSecrets = []string{"PRESENT_KEY"} })
@@ -248,23 +250,23 @@ func TestHostileScriptsEndInAnErrorAndTheHarnessLives(t *testing.T) {
 		kind      string
 		errSubstr string
 	}{
-		{"an infinite loop", "while True: pass", []func(*Request){timeout(time.Second)}, KindTimeout, "Script timed out after 1s"},
-		{"a catastrophic regex", "import re\nre.match(r'(a+)+$', 'a' * 64 + 'b')", []func(*Request){timeout(time.Second)}, KindTimeout, "Script timed out after 1s"},
-		{"a loop with SIGALRM blocked", "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\nwhile True: pass", []func(*Request){timeout(time.Second)}, KindTimeout, "Script timed out after 1s"},
-		{"a loop that swallows the timeout", "while True:\n    try:\n        while True: pass\n    except BaseException:\n        pass", []func(*Request){timeout(time.Second)}, KindTimeout, "Script timed out after 1s"},
-		{"sys.exit(3)", "import sys\nsys.exit(3)", nil, KindScript, "sys.exit(3)"},
-		{"os._exit(0) in plan mode", "import os\nos._exit(0)", nil, KindScript, "before calling emit_result"},
-		{"killing itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", nil, KindCrashed, "SIGKILL"},
-		{"printing 10 MB", "import sys\nfor _ in range(10 * 1024):\n    sys.stdout.write('x' * 1023 + '\\n')", []func(*Request){maxOutput(1 << 20)}, KindOutputLimit, "Output limit exceeded"},
-		{"writing 10 MB of binary to fd 1", "import os\nfor _ in range(160):\n    os.write(1, os.urandom(65536))", []func(*Request){maxOutput(1 << 20)}, KindOutputLimit, "Output limit exceeded"},
+		{"an infinite loop", "while True: pass", []func(*Request){timeout(time.Second)}, wire.KindTimeout, "Script timed out after 1s"},
+		{"a catastrophic regex", "import re\nre.match(r'(a+)+$', 'a' * 64 + 'b')", []func(*Request){timeout(time.Second)}, wire.KindTimeout, "Script timed out after 1s"},
+		{"a loop with SIGALRM blocked", "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\nwhile True: pass", []func(*Request){timeout(time.Second)}, wire.KindTimeout, "Script timed out after 1s"},
+		{"a loop that swallows the timeout", "while True:\n    try:\n        while True: pass\n    except BaseException:\n        pass", []func(*Request){timeout(time.Second)}, wire.KindTimeout, "Script timed out after 1s"},
+		{"sys.exit(3)", "import sys\nsys.exit(3)", nil, wire.KindScript, "sys.exit(3)"},
+		{"os._exit(0) in plan mode", "import os\nos._exit(0)", nil, wire.KindScript, "before calling emit_result"},
+		{"killing itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", nil, wire.KindCrashed, "SIGKILL"},
+		{"printing 10 MB", "import sys\nfor _ in range(10 * 1024):\n    sys.stdout.write('x' * 1023 + '\\n')", []func(*Request){maxOutput(1 << 20)}, wire.KindOutputLimit, "Output limit exceeded"},
+		{"writing 10 MB of binary to fd 1", "import os\nfor _ in range(160):\n    os.write(1, os.urandom(65536))", []func(*Request){maxOutput(1 << 20)}, wire.KindOutputLimit, "Output limit exceeded"},
 		// The attacker writes to its own event pipe directly (see eventFD).
-		{"half an event line, then the timeout", "import os\nos.write(" + eventFD + ", b'{\"type\":\"final_result\",\"data\":')\nwhile True: pass", []func(*Request){timeout(time.Second)}, KindTimeout, "Script timed out after 1s"},
-		{"half an event line in interactive mode, then the timeout", "import os\nos.write(" + eventFD + ", b'{\"type\":\"log\",')\nwhile True: pass", []func(*Request){timeout(time.Second), interactive}, KindTimeout, "Script timed out after 1s"},
-		{"a timeout caught, then a result", "try:\n    while True: pass\nexcept BaseException:\n    pass\nemit_result('in time?')", []func(*Request){timeout(time.Second)}, KindTimeout, "Script timed out after 1s"},
-		{"a timeout caught, then a result long after", "import time\ntry:\n    while True: pass\nexcept BaseException:\n    pass\nimport executor_harness as eh\neh._alarm['fired'] = False\ntime.sleep(0.5)\nemit_result('late')", []func(*Request){timeout(time.Second)}, KindTimeout, "Script timed out after 1s"},
-		{"100 MB on the event pipe with no newline", "import os\nfd = " + eventFD + "\nchunk = b'x' * (1 << 20)\nfor _ in range(100):\n    os.write(fd, chunk)\nemit_result(1)", []func(*Request){maxOutput(1 << 20), timeout(20 * time.Second)}, KindOutputLimit, "Output limit exceeded"},
-		{"a forged error kind", "import os\nos.write(" + eventFD + ", b'{\"type\":\"error\",\"kind\":\"infrastructure\",\"error\":\"retry me\"}\\n')", nil, KindScript, "retry me"},
-		{"a timeout claimed early", "import os\nos.write(" + eventFD + ", b'{\"type\":\"error\",\"kind\":\"timeout\",\"error\":\"x\"}\\n')", nil, KindScript, "x"},
+		{"half an event line, then the timeout", "import os\nos.write(" + eventFD + ", b'{\"type\":\"final_result\",\"data\":')\nwhile True: pass", []func(*Request){timeout(time.Second)}, wire.KindTimeout, "Script timed out after 1s"},
+		{"half an event line in interactive mode, then the timeout", "import os\nos.write(" + eventFD + ", b'{\"type\":\"log\",')\nwhile True: pass", []func(*Request){timeout(time.Second), interactive}, wire.KindTimeout, "Script timed out after 1s"},
+		{"a timeout caught, then a result", "try:\n    while True: pass\nexcept BaseException:\n    pass\nemit_result('in time?')", []func(*Request){timeout(time.Second)}, wire.KindTimeout, "Script timed out after 1s"},
+		{"a timeout caught, then a result long after", "import time\ntry:\n    while True: pass\nexcept BaseException:\n    pass\nfrom jazzmine_harness import child as eh\neh._alarm['fired'] = False\ntime.sleep(0.5)\nemit_result('late')", []func(*Request){timeout(time.Second)}, wire.KindTimeout, "Script timed out after 1s"},
+		{"100 MB on the event pipe with no newline", "import os\nfd = " + eventFD + "\nchunk = b'x' * (1 << 20)\nfor _ in range(100):\n    os.write(fd, chunk)\nemit_result(1)", []func(*Request){maxOutput(1 << 20), timeout(20 * time.Second)}, wire.KindOutputLimit, "Output limit exceeded"},
+		{"a forged error kind", "import os\nos.write(" + eventFD + ", b'{\"type\":\"error\",\"kind\":\"infrastructure\",\"error\":\"retry me\"}\\n')", nil, wire.KindScript, "retry me"},
+		{"a timeout claimed early", "import os\nos.write(" + eventFD + ", b'{\"type\":\"error\",\"kind\":\"timeout\",\"error\":\"x\"}\\n')", nil, wire.KindScript, "x"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -273,7 +275,7 @@ func TestHostileScriptsEndInAnErrorAndTheHarnessLives(t *testing.T) {
 				t.Errorf("result: success=%v kind=%q error=%q, want kind %q containing %q", res.Success, res.ErrorKind, res.Error, tc.kind, tc.errSubstr)
 			}
 			types := rec.types()
-			if len(types) < 2 || types[len(types)-1] != EventScriptDone || !slices.Contains(types, EventError) {
+			if len(types) < 2 || types[len(types)-1] != wire.EventScriptDone || !slices.Contains(types, wire.EventError) {
 				t.Errorf("events end %v, want an error and a final script_done", types[max(0, len(types)-3):])
 			}
 			if !res.Reusable {
@@ -323,10 +325,10 @@ func TestKillingTheHarnessEndsTheExecutionAtOnce(t *testing.T) {
 	h := startHarness(t, nil)
 	res, rec := h.exec(t, "parricide", "import os\nos.kill("+harnessPID+", 9)\nimport time\ntime.sleep(60)", timeout(60*time.Second))
 	// Waiting for the 60 s timeout would have ended in a timeout error instead.
-	if res.Success || res.Error != ErrStdoutClosed || res.ErrorKind != KindCrashed || res.Reusable {
+	if res.Success || res.Error != ErrStdoutClosed || res.ErrorKind != wire.KindCrashed || res.Reusable {
 		t.Errorf("result: %q (%s) reusable=%v, want %q, not reusable", res.Error, res.ErrorKind, res.Reusable, ErrStdoutClosed)
 	}
-	if got := rec.types(); !slices.Equal(got, []string{EventError, EventScriptDone}) {
+	if got := rec.types(); !slices.Equal(got, []string{wire.EventError, wire.EventScriptDone}) {
 		t.Errorf("events = %v", got)
 	}
 }
@@ -339,7 +341,7 @@ func TestCancelStopsARunningScript(t *testing.T) {
 	var e Executor
 	res, err := e.Run(ctx, h.Conn, Request{ExecutionID: "long", Script: "print('sleeping', flush=True)\nimport time\ntime.sleep(60)", Timeout: 60 * time.Second},
 		func(ctx context.Context, ev Event) error {
-			if ev.Type == EventStdout {
+			if ev.Type == wire.EventStdout {
 				cancel() // the script is running: cancel it
 			}
 			return rec.on(ctx, ev)
@@ -347,10 +349,10 @@ func TestCancelStopsARunningScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Success || res.ErrorKind != KindCancelled || !res.Reusable {
+	if res.Success || res.ErrorKind != wire.KindCancelled || !res.Reusable {
 		t.Errorf("result: %q (%s) reusable=%v, want cancelled and reusable", res.Error, res.ErrorKind, res.Reusable)
 	}
-	if got := rec.types(); got[len(got)-1] != EventScriptDone {
+	if got := rec.types(); got[len(got)-1] != wire.EventScriptDone {
 		t.Errorf("events = %v, want script_done last", got)
 	}
 	h.settle(t, res)
@@ -367,7 +369,7 @@ func TestACallbackErrorStopsTheRun(t *testing.T) {
 	boom := fmt.Errorf("publish failed")
 	res, err := e.Run(context.Background(), h.Conn, Request{ExecutionID: "cb", Script: "emit_intermediate('a', 1)\nimport time\ntime.sleep(60)", Timeout: 60 * time.Second},
 		func(ctx context.Context, ev Event) error {
-			if ev.Type == EventIntermediate {
+			if ev.Type == wire.EventIntermediate {
 				return boom
 			}
 			return nil

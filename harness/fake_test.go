@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jazzmine/worker/wire"
 )
 
 // fakeHarness is a scripted peer for the executor's own rules: what it does with lines
@@ -72,7 +74,7 @@ func TestExecutorTakesOnlyItsExecutionsLinesAndTheNoncedEnd(t *testing.T) {
 	if !res.Success || string(res.FinalData) != `{"ok":true}` || !res.Reusable || res.Violation != "" {
 		t.Errorf("result = %+v", res)
 	}
-	if got := rec.types(); !slices.Equal(got, []string{EventIntermediate, EventFinalResult, EventScriptDone}) {
+	if got := rec.types(); !slices.Equal(got, []string{wire.EventIntermediate, wire.EventFinalResult, wire.EventScriptDone}) {
 		t.Errorf("events = %v", got)
 	}
 }
@@ -109,10 +111,10 @@ func TestALineThatAnswersNothingEndsTheRunAndRetiresTheContainer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Success || res.ErrorKind != KindCrashed || res.Reusable || !strings.Contains(res.Violation, "protocol violation") {
+			if res.Success || res.ErrorKind != wire.KindCrashed || res.Reusable || !strings.Contains(res.Violation, "protocol violation") {
 				t.Errorf("result: success=%v kind=%q reusable=%v violation=%q, want a crash, not reusable", res.Success, res.ErrorKind, res.Reusable, res.Violation)
 			}
-			if got := rec.types(); !slices.Equal(got, []string{EventFinalResult, EventError, EventScriptDone}) {
+			if got := rec.types(); !slices.Equal(got, []string{wire.EventFinalResult, wire.EventError, wire.EventScriptDone}) {
 				t.Errorf("events = %v, want the run to end at the line", got)
 			}
 		})
@@ -145,10 +147,10 @@ func TestExecutorTimesOutOnASilentHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Success || res.ErrorKind != KindTimeout || res.Error != "Timed out waiting for container response" || res.Reusable {
+	if res.Success || res.ErrorKind != wire.KindTimeout || res.Error != "Timed out waiting for container response" || res.Reusable {
 		t.Errorf("result = %+v", res)
 	}
-	if got := rec.types(); !slices.Equal(got, []string{EventError, EventScriptDone}) {
+	if got := rec.types(); !slices.Equal(got, []string{wire.EventError, wire.EventScriptDone}) {
 		t.Errorf("events = %v", got)
 	}
 }
@@ -167,7 +169,7 @@ func TestExecutorEnforcesTheOutputLimitOnTheStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ErrorKind != KindOutputLimit || res.Reusable || res.OutputBytes <= 10_000 || res.OutputBytes > 12_000 {
+	if res.ErrorKind != wire.KindOutputLimit || res.Reusable || res.OutputBytes <= 10_000 || res.OutputBytes > 12_000 {
 		t.Errorf("result: kind=%q reusable=%v output=%d, want output_limit just past 10000 bytes", res.ErrorKind, res.Reusable, res.OutputBytes)
 	}
 }
@@ -183,7 +185,7 @@ func TestExecutorDropsAnOversizedLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ErrorKind != KindOutputLimit || res.FinalData != nil {
+	if res.ErrorKind != wire.KindOutputLimit || res.FinalData != nil {
 		t.Errorf("result: kind=%q data=%d bytes, want output_limit and no data", res.ErrorKind, len(res.FinalData))
 	}
 }
@@ -201,10 +203,10 @@ func TestExecutorReportsAClosedStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Error != ErrStdoutClosed || res.ErrorKind != KindCrashed || res.Reusable {
+	if res.Error != ErrStdoutClosed || res.ErrorKind != wire.KindCrashed || res.Reusable {
 		t.Errorf("result = %+v", res)
 	}
-	if got := rec.types(); !slices.Equal(got, []string{EventStdout, EventError, EventScriptDone}) {
+	if got := rec.types(); !slices.Equal(got, []string{wire.EventStdout, wire.EventError, wire.EventScriptDone}) {
 		t.Errorf("events = %v", got)
 	}
 	if _, err := (&Executor{}).Run(context.Background(), f.conn, Request{ExecutionID: "next", Script: "x"}, nil); err != nil {
@@ -225,7 +227,7 @@ func TestExecutorCancelsWithoutConfirmation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ErrorKind != KindCancelled || res.Reusable {
+	if res.ErrorKind != wire.KindCancelled || res.Reusable {
 		t.Errorf("result: kind=%q reusable=%v, want cancelled, not reusable", res.ErrorKind, res.Reusable)
 	}
 }

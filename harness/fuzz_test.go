@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jazzmine/worker/wire"
 )
 
 // FuzzExecutorStream feeds arbitrary bytes, as a harness's stdout, to an execution:
@@ -35,7 +37,7 @@ func FuzzExecutorStream(f *testing.F) {
 				if ev.ExecutionID != "x" {
 					t.Fatalf("an event of another execution reached the callback: %+v", ev)
 				}
-				if ev.Type == EventScriptDone {
+				if ev.Type == wire.EventScriptDone {
 					dones++
 				}
 				return nil

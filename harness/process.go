@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -45,15 +44,15 @@ type Process struct {
 	waited chan struct{}
 }
 
-// StartProcess starts the embedded harness under a local interpreter and waits for its
-// ready event. Close stops it.
+// StartProcess copies the embedded harness ([Source]) into a directory of its own,
+// starts it there under a local interpreter ([Command]) and waits for its ready event.
+// Close stops it and removes the directory.
 func StartProcess(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	dir, err := os.MkdirTemp("", "jazzmine-harness-")
 	if err != nil {
 		return nil, fmt.Errorf("start local harness: %w", err)
 	}
-	path := filepath.Join(dir, "executor_harness.py")
-	if err := os.WriteFile(path, Script, 0o600); err != nil {
+	if err := os.CopyFS(dir, Source()); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start local harness: %w", err)
 	}
@@ -61,7 +60,8 @@ func StartProcess(ctx context.Context, cfg ProcessConfig) (*Process, error) {
 	if python == "" {
 		python = "python3"
 	}
-	cmd := exec.Command(python, "-u", path)
+	args := Command(python, dir)
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(),
 		"JAZZMINE_TOOLS_DIR="+cfg.ToolsDir,
 		"JAZZMINE_WORKSPACE="+cfg.Workspace,

@@ -1,17 +1,11 @@
 package harness
 
 import (
-	_ "embed"
 	"encoding/json"
 	"time"
-)
 
-// Script is the source of executor_harness.py, the process that runs inside every
-// sandbox container. Image builds copy it into the image; StartProcess runs it under a
-// local python3.
-//
-//go:embed executor_harness.py
-var Script []byte
+	"github.com/jazzmine/worker/wire"
+)
 
 // Version is the protocol version the embedded harness announces in its ready event.
 const Version = "1"
@@ -37,35 +31,54 @@ type Mode string
 
 const (
 	// ModePlan needs emit_result(): a script that ends without it fails.
-	ModePlan Mode = "plan"
+	ModePlan Mode = wire.ModePlan
 	// ModeInteractive succeeds without a result unless the script fails.
-	ModeInteractive Mode = "interactive"
+	ModeInteractive Mode = wire.ModeInteractive
 )
 
-// Event types of the harness protocol (harness to host).
+// Event types of the harness protocol (harness to host) that are the protocol's
+// alone: the others are wire's (wire.EventIntermediate, wire.EventLog,
+// wire.EventStdout, wire.EventStderr, wire.EventFinalResult, wire.EventError,
+// wire.EventScriptDone), whose events the worker passes on to NATS by the same names.
+// TestThePythonHarnessNamesWhatGoNames holds the harness's Python to these and to
+// wire's.
 const (
-	EventReady        = "ready"
-	EventIntermediate = "intermediate"
-	EventLog          = "log"
-	EventStdout       = "stdout"
-	EventStderr       = "stderr"
-	EventFinalResult  = "final_result"
-	EventError        = "error"
-	EventScriptDone   = "script_done"
-	EventResetDone    = "reset_done"
-	EventPong         = "pong"
+	// EventReady is the harness's first event: what it loaded (see [Ready]).
+	EventReady = "ready"
+	// EventResetDone answers a reset, and ends every execute unasked.
+	EventResetDone = "reset_done"
+	// EventPong answers a ping.
+	EventPong = "pong"
 )
 
-// Error kinds carried by error events and results.
+// Request types of the harness protocol (host to harness).
 const (
-	KindScript         = "script"
-	KindTimeout        = "timeout"
-	KindOutputLimit    = "output_limit"
-	KindCrashed        = "crashed"
-	KindOOM            = "oom"
-	KindCancelled      = "cancelled"
-	KindMissingSecrets = "missing_secrets"
-	KindInfrastructure = "infrastructure"
+	requestExecute = "execute"
+	requestCancel  = "cancel"
+	requestReset   = "reset"
+	requestPing    = "ping"
+)
+
+// Event types and error kinds the harness shares with wire, kept for the packages
+// that still name them here.
+//
+// Deprecated: use wire's constants of the same names.
+const (
+	EventIntermediate  = wire.EventIntermediate
+	EventLog           = wire.EventLog
+	EventStdout        = wire.EventStdout
+	EventStderr        = wire.EventStderr
+	EventFinalResult   = wire.EventFinalResult
+	EventError         = wire.EventError
+	EventScriptDone    = wire.EventScriptDone
+	KindScript         = wire.KindScript
+	KindTimeout        = wire.KindTimeout
+	KindOutputLimit    = wire.KindOutputLimit
+	KindCrashed        = wire.KindCrashed
+	KindOOM            = wire.KindOOM
+	KindCancelled      = wire.KindCancelled
+	KindMissingSecrets = wire.KindMissingSecrets
+	KindInfrastructure = wire.KindInfrastructure
 )
 
 // ErrStdoutClosed is the error text of an execution whose harness stream ended.

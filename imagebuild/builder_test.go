@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -101,11 +102,12 @@ func TestABuildSendsTheContextAndOptions(t *testing.T) {
 		t.Errorf("the Dockerfile built is not the checksummed one plus %s:\n%s", label, built)
 	}
 	wantFiles := map[string]string{
-		"rootfs/opt/jazzmine/executor_harness.py": string(harness.Script),
-		"rootfs/tools/text.py":                    "def word_count(s): return len(s.split())\n",
-		"install/requirements.txt":                "mypkg==0.1\n",
-		"install/wheelhouse/mypkg-0.1.whl":        "wheel",
+		"rootfs/tools/text.py":             "def word_count(s): return len(s.split())\n",
+		"install/requirements.txt":         "mypkg==0.1\n",
+		"install/wheelhouse/mypkg-0.1.whl": "wheel",
 	}
+	wantModes := map[string]int64{"rootfs/tools/text.py": 0o444, "rootfs/tools": 0o555, "rootfs/opt/jazzmine": 0o555}
+	harnessNames := harnessContext(t, wantFiles, wantModes)
 	for name, want := range wantFiles {
 		if got := string(got.files[name]); got != want {
 			t.Errorf("context file %s differs: %d bytes, want %d (%.40q...)", name, len(got), len(want), want)
@@ -116,16 +118,49 @@ func TestABuildSendsTheContextAndOptions(t *testing.T) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	if want := "Dockerfile install install/requirements.txt install/wheelhouse install/wheelhouse/mypkg-0.1.whl rootfs/opt rootfs/opt/jazzmine rootfs/opt/jazzmine/executor_harness.py rootfs/tools rootfs/tools/text.py"; strings.Join(names, " ") != want {
-		t.Errorf("context holds %v", names)
+	if want := "Dockerfile install install/requirements.txt install/wheelhouse install/wheelhouse/mypkg-0.1.whl rootfs/opt rootfs/opt/jazzmine " + harnessNames + " rootfs/tools rootfs/tools/text.py"; strings.Join(names, " ") != want {
+		t.Errorf("context holds %v\nwant %s", names, want)
 	}
-	if got.modes["rootfs/tools/text.py"] != 0o444 || got.modes["rootfs/tools"] != 0o555 ||
-		got.modes["rootfs/opt/jazzmine/executor_harness.py"] != 0o444 || got.modes["rootfs/opt/jazzmine"] != 0o555 {
-		t.Errorf("modes: %v", got.modes)
+	for name, want := range wantModes {
+		if got.modes[name] != want {
+			t.Errorf("mode of %s is %#o, want %#o", name, got.modes[name], want)
+		}
 	}
 	if strings.Contains(Dockerfile(spec), img.Checksum) {
 		t.Error("the checksummed Dockerfile holds the checksum that covers it")
 	}
+}
+
+// harnessContext adds the harness's files, as a build context should hold them, to
+// files (their contents) and modes, and returns their names and their directories',
+// sorted and joined with spaces.
+func harnessContext(t *testing.T, files map[string]string, modes map[string]int64) string {
+	t.Helper()
+	var names []string
+	err := fs.WalkDir(harness.Source(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || name == "." {
+			return err
+		}
+		ctx := "rootfs/opt/jazzmine/" + name
+		names = append(names, ctx)
+		if d.IsDir() {
+			modes[ctx] = 0o555
+			return nil
+		}
+		b, err := fs.ReadFile(harness.Source(), name)
+		files[ctx], modes[ctx] = string(b), 0o444
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"__init__.py", "__main__.py", "protocol.py"} {
+		if _, ok := files["rootfs/opt/jazzmine/"+harness.Package+"/"+name]; !ok {
+			t.Fatalf("the harness's source has no %s: %v", name, names)
+		}
+	}
+	sort.Strings(names)
+	return strings.Join(names, " ")
 }
 
 func TestConcurrentCallersShareOneBuild(t *testing.T) {

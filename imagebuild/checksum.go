@@ -7,31 +7,43 @@ import (
 	"hash"
 	"sort"
 	"strings"
-
-	"github.com/jazzmine/worker/harness"
 )
 
 // checksumVersion changes whenever the checksum's inputs change meaning, so that
 // every image is rebuilt once.
-const checksumVersion = "jazzmine-imagebuild-checksum-1"
+const checksumVersion = "jazzmine-imagebuild-checksum-2"
 
 // Checksum returns the hex sha256 that identifies spec's image built on the base
 // image with id baseImageID. It covers, each length-prefixed so that no two
 // different inputs run together: the base image's id, the generated Dockerfile,
-// the harness (harness.Script), every tool file (name and content, by name), the
-// requirements, and, when there are requirements, the wheelhouse's files (name and
-// content hash, by name). Environment, secrets, resources, network, mounts and
-// pool settings are applied when a container starts and are not covered.
+// every directory and file of the harness (harness.Source: path, and content, by
+// path), every tool file (name and content, by name), the requirements, and, when
+// there are requirements, the wheelhouse's files (name and content hash, by name).
+// Environment, secrets, resources, network, mounts and pool settings are applied
+// when a container starts and are not covered. It panics if the embedded harness
+// cannot be read, which only a broken build makes happen.
 func Checksum(spec *Spec, baseImageID string) string {
-	return checksum(spec, baseImageID, harness.Script)
+	files, err := embeddedHarness()
+	if err != nil {
+		panic("imagebuild: " + err.Error())
+	}
+	return checksum(spec, baseImageID, files)
 }
 
-func checksum(spec *Spec, baseImageID string, harnessScript []byte) string {
+func checksum(spec *Spec, baseImageID string, harnessFiles []harnessEntry) string {
 	h := sha256.New()
 	field(h, "version", []byte(checksumVersion))
 	field(h, "base", []byte(baseImageID))
 	field(h, "dockerfile", []byte(Dockerfile(spec)))
-	field(h, "harness", harnessScript)
+	count(h, "harness", len(harnessFiles))
+	for _, f := range harnessFiles {
+		field(h, "harness entry", []byte(f.name))
+		if f.dir {
+			field(h, "directory", nil)
+		} else {
+			field(h, "content", f.content)
+		}
+	}
 
 	tools := append([]ToolFile(nil), spec.Tools...)
 	sort.Slice(tools, func(i, j int) bool { return tools[i].Name < tools[j].Name })

@@ -1,8 +1,11 @@
 package imagebuild
 
 import (
+	"maps"
 	"regexp"
+	"slices"
 	"testing"
+	"testing/fstest"
 
 	"github.com/jazzmine/worker/harness"
 )
@@ -100,14 +103,55 @@ func TestChecksumChangesWithEveryImageInput(t *testing.T) {
 			t.Error("checksum unchanged")
 		}
 	})
-	t.Run("changing one byte of the harness changes the checksum", func(t *testing.T) {
-		if checksum(spec, baseID, harness.Script) != base {
-			t.Fatal("checksum() with harness.Script differs from Checksum()")
+}
+
+func TestChecksumCoversEveryFileOfTheHarness(t *testing.T) {
+	spec := mustParse(t, checksumFiles()).Sandboxes["default"]
+	base := Checksum(spec, baseID)
+	files, err := readHarness(harness.Source())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checksum(spec, baseID, files) != base {
+		t.Fatal("checksum() with the harness's source differs from Checksum()")
+	}
+	for i, f := range files {
+		if f.dir {
+			continue
 		}
-		h := append([]byte(nil), harness.Script...)
-		h[len(h)/2] ^= 1
-		if checksum(spec, baseID, h) == base {
-			t.Error("checksum unchanged")
+		t.Run("changing one byte of the harness's "+f.name+" changes the checksum", func(t *testing.T) {
+			changed := slices.Clone(files)
+			changed[i].content = slices.Clone(f.content)
+			changed[i].content[len(f.content)/2] ^= 1
+			if checksum(spec, baseID, changed) == base {
+				t.Error("checksum unchanged")
+			}
+		})
+	}
+	t.Run("a file added to the harness, or one renamed, changes the checksum", func(t *testing.T) {
+		src := fstest.MapFS{}
+		for _, f := range files {
+			if !f.dir {
+				src[f.name] = &fstest.MapFile{Data: f.content, Mode: 0o444}
+			}
+		}
+		same, err := readHarness(src)
+		if err != nil || checksum(spec, baseID, same) != base {
+			t.Fatalf("the same files read from another file system give another checksum (%v)", err)
+		}
+		added := maps.Clone(src)
+		added[harness.Package+"/extra.py"] = &fstest.MapFile{Data: []byte("\n")}
+		renamed := maps.Clone(src)
+		renamed[harness.Package+"/protocol2.py"] = renamed[harness.Package+"/protocol.py"]
+		delete(renamed, harness.Package+"/protocol.py")
+		for name, fsys := range map[string]fstest.MapFS{"added": added, "renamed": renamed} {
+			other, err := readHarness(fsys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if checksum(spec, baseID, other) == base {
+				t.Errorf("%s: checksum unchanged", name)
+			}
 		}
 	})
 }

@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jazzmine/worker/harness"
@@ -21,23 +23,32 @@ var contextTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // buildContext returns the build context of spec as a tar archive in memory:
 //
-//	Dockerfile                                 with the checksum label
-//	rootfs/opt/jazzmine/executor_harness.py   0444, directory 0555
-//	rootfs/tools/*.py                          0444, directory 0555
-//	install/requirements.txt                   only with requirements
-//	install/wheelhouse/*                       only with requirements and a wheelhouse
+//	Dockerfile                                    with the checksum label
+//	rootfs/opt/jazzmine/jazzmine_harness/*.py    0444, directories 0555
+//	rootfs/tools/*.py                             0444, directory 0555
+//	install/requirements.txt                      only with requirements
+//	install/wheelhouse/*                          only with requirements and a wheelhouse
 //
 // COPY keeps these modes and makes root the owner. A wheelhouse file whose
 // content no longer has the hash the config was loaded with is an error: the
 // checksum would not describe the image.
 func buildContext(spec *Spec, checksum string) ([]byte, error) {
+	files, err := embeddedHarness()
+	if err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	cw := &contextWriter{tw: tar.NewWriter(&buf)}
-	harnessDir := path.Dir(HarnessPath)
 	cw.file("Dockerfile", 0o644, []byte(dockerfile(spec, checksum)))
-	cw.dir("rootfs"+path.Dir(harnessDir), 0o755)
-	cw.dir("rootfs"+harnessDir, 0o555)
-	cw.file("rootfs"+HarnessPath, 0o444, harness.Script)
+	cw.dir("rootfs"+path.Dir(HarnessDir), 0o755)
+	cw.dir("rootfs"+HarnessDir, 0o555)
+	for _, f := range files {
+		if f.dir {
+			cw.dir("rootfs"+HarnessDir+"/"+f.name, 0o555)
+		} else {
+			cw.file("rootfs"+HarnessDir+"/"+f.name, 0o444, f.content)
+		}
+	}
 	cw.dir("rootfs"+ToolsDir, 0o555)
 	for _, t := range spec.Tools {
 		cw.file("rootfs"+ToolsDir+"/"+t.Name, 0o444, t.Content)
@@ -59,6 +70,45 @@ func buildContext(spec *Spec, checksum string) ([]byte, error) {
 		return nil, fmt.Errorf("build context: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// harnessEntry is a directory or a file of the harness's source (harness.Source):
+// its path there, which is its path under HarnessDir in the image.
+type harnessEntry struct {
+	name    string
+	dir     bool
+	content []byte
+}
+
+// embeddedHarness returns the entries of the embedded harness, read once.
+var embeddedHarness = sync.OnceValues(func() ([]harnessEntry, error) {
+	return readHarness(harness.Source())
+})
+
+// readHarness returns every directory and file of src but its root, in lexical
+// order.
+func readHarness(src fs.FS) ([]harnessEntry, error) {
+	var entries []harnessEntry
+	err := fs.WalkDir(src, ".", func(name string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case name == ".":
+			return nil
+		case d.IsDir():
+			entries = append(entries, harnessEntry{name: name, dir: true})
+			return nil
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s is not a regular file", name)
+		}
+		content, err := fs.ReadFile(src, name)
+		entries = append(entries, harnessEntry{name: name, content: content})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the harness's source: %w", err)
+	}
+	return entries, nil
 }
 
 // contextWriter writes a build context's entries; after the first error it

@@ -2,9 +2,10 @@ package imagebuild
 
 import (
 	"fmt"
-	"path"
 	"strconv"
 	"strings"
+
+	"github.com/jazzmine/worker/harness"
 )
 
 // What every sandbox image looks like inside.
@@ -19,18 +20,19 @@ const (
 	WorkspaceDir = "/workspace"
 	// TmpDir is the scripts' temporary directory (a tmpfs at run time).
 	TmpDir = "/tmp"
-	// HarnessPath is where the image holds executor_harness.py, its entrypoint.
-	HarnessPath = "/opt/jazzmine/executor_harness.py"
+	// HarnessDir holds the harness's package, root-owned and read-only.
+	HarnessDir = "/opt/jazzmine"
+	// HarnessPath is the harness's package (harness.Package) in HarnessDir: its
+	// modules 0444, the directories 0555, their bytecode compiled at build.
+	HarnessPath = HarnessDir + "/" + harness.Package
 )
 
-// Entrypoint starts the harness. Python compiles a file run as `python3 file.py` at
-// every start, never from a cache; imported, the harness loads the bytecode compiled
-// into the image at build (its 1,500 lines took 12 to 17 ms of every container's start
-// here, of 135 to 190 ms of the harness's CPU up to ready). -P keeps the working
-// directory, where scripts write, off the harness's import path; the harness's own
-// directory is put first, as `python3 file.py` would.
-var Entrypoint = []string{"python3", "-u", "-P", "-c",
-	fmt.Sprintf("import sys; sys.path.insert(0, '%s'); import executor_harness; executor_harness.main()", path.Dir(HarnessPath))}
+// Entrypoint starts the harness: harness.Command from HarnessDir. Python compiles a
+// file run as `python3 file.py` at every start, never from a cache; imported, the
+// harness loads the bytecode compiled into the image at build (its 1,500 lines took
+// 12 to 17 ms of every container's start here, of 135 to 190 ms of the harness's CPU
+// up to ready).
+var Entrypoint = harness.Command("python3", HarnessDir)
 
 // Labels on every image (and, set by sandboxpool, every container) of a sandbox.
 const (
@@ -134,7 +136,7 @@ func dockerfile(spec *Spec, checksum string) string {
 	w("# compile is not an error of the build: the harness reports it in its ready line.\n")
 	w("# What changes most comes last.\n")
 	w("COPY rootfs/ /\n")
-	w("RUN python3 -m compileall -q %s && { python3 -m compileall -q %s || true; }\n", path.Dir(HarnessPath), ToolsDir)
+	w("RUN python3 -m compileall -q %s && { python3 -m compileall -q %s || true; }\n", HarnessDir, ToolsDir)
 	w("USER %s\n", SandboxUser)
 	w("LABEL %s=\"true\" %s=%q", LabelManaged, LabelSandbox, spec.Name)
 	if checksum != "" {

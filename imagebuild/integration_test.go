@@ -10,15 +10,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/client"
+
+	"github.com/jazzmine/worker/harness"
 )
 
 // buildForTest builds spec on the real engine and removes the image when the
@@ -88,6 +92,7 @@ func inImage(t *testing.T, tag, program string, out any) {
 const inspectProgram = `
 import grp, importlib.util, json, os, pwd, shutil, stat
 def mode(p): return oct(stat.S_IMODE(os.stat(p).st_mode))
+def harness(): return sorted(os.path.relpath(os.path.join(r, n), "/opt/jazzmine") for r, _, ns in os.walk("/opt/jazzmine") for n in ns if n.endswith(".py"))
 def fresh(src, pyc):  # what Python checks before it uses a .pyc: the source's mtime and size
     h, st = open(pyc, "rb").read(16), os.stat(src)
     return int.from_bytes(h[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF and int.from_bytes(h[12:16], "little") == st.st_size & 0xFFFFFFFF
@@ -100,16 +105,28 @@ print(json.dumps({
     "tools": sorted(n for n in os.listdir("/tools") if n != "__pycache__"),
     "tools_mode": mode("/tools"), "tool_modes": sorted({mode("/tools/" + n) for n in os.listdir("/tools") if n != "__pycache__"}),
     "bytecode": {p: [os.stat(c).st_uid, mode(c), fresh(p, c)] if os.path.exists(c) else None
-                 for p in ["/opt/jazzmine/executor_harness.py"] + ["/tools/" + n for n in os.listdir("/tools") if n.endswith(".py")]
+                 for p in ["/opt/jazzmine/" + n for n in harness()] + ["/tools/" + n for n in os.listdir("/tools") if n.endswith(".py")]
                  for c in [importlib.util.cache_from_source(p)]},
     "tools_owner": os.stat("/tools").st_uid,
-    "root_mode": mode("/"), "opt_mode": mode("/opt"), "harness_dir_mode": mode("/opt/jazzmine"),
-    "harness_mode": mode("/opt/jazzmine/executor_harness.py"),
+    "root_mode": mode("/"), "opt_mode": mode("/opt"),
+    "harness_dir_modes": sorted({mode("/opt/jazzmine"), mode("/opt/jazzmine/jazzmine_harness")}),
+    "harness": harness(), "harness_modes": sorted({mode("/opt/jazzmine/" + n) for n in harness()}),
     "workspace_owner": os.stat("/workspace").st_uid,
     "tools_writable": os.access("/tools", os.W_OK),
     "env": {k: v for k, v in os.environ.items() if k.startswith("JAZZMINE_")},
 }))
 `
+
+// harnessSource returns the paths of the harness's files (harness.Source), sorted.
+func harnessSource(t *testing.T) []string {
+	t.Helper()
+	names, err := fs.Glob(harness.Source(), harness.Package+"/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(names)
+	return names
+}
 
 func TestBuildTheExampleSandbox(t *testing.T) {
 	cli := requireDocker(t)
@@ -146,62 +163,7 @@ func TestBuildTheExampleSandbox(t *testing.T) {
 		t.Errorf("config: user %q, workdir %q, entrypoint %q, cmd %q", c.User, c.WorkingDir, c.Entrypoint, c.Cmd)
 	}
 
-	var got struct {
-		Which          map[string]*string `json:"which"`
-		PipModule      bool               `json:"pip_module"`
-		UID, GID       int
-		User, Group    string
-		Shell, Cwd     string
-		Tools          []string
-		ToolsMode      string            `json:"tools_mode"`
-		ToolModes      []string          `json:"tool_modes"`
-		ToolsOwner     int               `json:"tools_owner"`
-		RootMode       string            `json:"root_mode"`
-		OptMode        string            `json:"opt_mode"`
-		HarnessDirMode string            `json:"harness_dir_mode"`
-		HarnessMode    string            `json:"harness_mode"`
-		WorkspaceOwner int               `json:"workspace_owner"`
-		ToolsWritable  bool              `json:"tools_writable"`
-		Env            map[string]string `json:"env"`
-		Bytecode       map[string][]any  `json:"bytecode"`
-	}
-	inImage(t, img.Tag, inspectProgram, &got)
-	for name, path := range got.Which {
-		if path != nil {
-			t.Errorf("%s is still in the image at %s", name, *path)
-		}
-	}
-	if got.PipModule {
-		t.Error("python3 -m pip still works: the pip module is importable")
-	}
-	if got.UID != SandboxUID || got.GID != SandboxUID || got.User != "sandbox" || got.Group != "sandbox" || got.Shell != "/usr/sbin/nologin" || got.Cwd != "/workspace" {
-		t.Errorf("runs as %d:%d (%s:%s), shell %s, in %s; want 10001:10001 sandbox:sandbox, nologin, /workspace",
-			got.UID, got.GID, got.User, got.Group, got.Shell, got.Cwd)
-	}
-	if want := []string{"profiles.py", "stats.py", "text.py"}; !reflect.DeepEqual(got.Tools, want) {
-		t.Errorf("/tools holds %v, want %v", got.Tools, want)
-	}
-	if got.ToolsMode != "0o555" || !reflect.DeepEqual(got.ToolModes, []string{"0o444"}) || got.ToolsOwner != 0 ||
-		got.HarnessMode != "0o444" || got.ToolsWritable || got.WorkspaceOwner != SandboxUID {
-		t.Errorf("modes: /tools %s (owner %d, writable %v), tools %v, harness %s, /workspace owner %d",
-			got.ToolsMode, got.ToolsOwner, got.ToolsWritable, got.ToolModes, got.HarnessMode, got.WorkspaceOwner)
-	}
-	if got.RootMode != "0o755" || got.OptMode != "0o755" || got.HarnessDirMode != "0o555" {
-		t.Errorf("modes: / %s, /opt %s, /opt/jazzmine %s; want 0755, 0755, 0555", got.RootMode, got.OptMode, got.HarnessDirMode)
-	}
-	if got.Env["JAZZMINE_CONTAINER"] != "1" || got.Env["JAZZMINE_TOOLS_DIR"] != "/tools" {
-		t.Errorf("environment: %v", got.Env)
-	}
-	// The harness and every tool are compiled at build (root's, read-only), not at
-	// every container start.
-	if len(got.Bytecode) != 4 {
-		t.Errorf("bytecode of %d files, want the harness's and 3 tools': %v", len(got.Bytecode), got.Bytecode)
-	}
-	for src, pyc := range got.Bytecode {
-		if fmt.Sprint(pyc) != "[0 0o644 true]" {
-			t.Errorf("bytecode of %s: %v, want [owner 0, mode 0o644, up to date]", src, pyc)
-		}
-	}
+	checkTheImagesFiles(t, img.Tag)
 
 	// The harness starts as the entrypoint, lists the tools, and runs a script
 	// that calls a sync and an async tool.
@@ -223,6 +185,72 @@ func TestBuildTheExampleSandbox(t *testing.T) {
 	want := map[string]any{"words": 3.0, "profile": map[string]any{"user_id": 1.0, "name": "Ada", "plan": "pro"}, "mean": 2.0}
 	if !reflect.DeepEqual(result, want) {
 		t.Errorf("final result %v, want %v; events: %v", result, want, events)
+	}
+}
+
+// checkTheImagesFiles checks, from inside the image tag, who the scripts run as, what
+// was removed, and the owners, modes and bytecode of the harness and the tools.
+func checkTheImagesFiles(t *testing.T, tag string) {
+	t.Helper()
+	var got struct {
+		Which           map[string]*string `json:"which"`
+		PipModule       bool               `json:"pip_module"`
+		UID, GID        int
+		User, Group     string
+		Shell, Cwd      string
+		Tools           []string
+		ToolsMode       string            `json:"tools_mode"`
+		ToolModes       []string          `json:"tool_modes"`
+		ToolsOwner      int               `json:"tools_owner"`
+		RootMode        string            `json:"root_mode"`
+		OptMode         string            `json:"opt_mode"`
+		HarnessDirModes []string          `json:"harness_dir_modes"`
+		Harness         []string          `json:"harness"`
+		HarnessModes    []string          `json:"harness_modes"`
+		WorkspaceOwner  int               `json:"workspace_owner"`
+		ToolsWritable   bool              `json:"tools_writable"`
+		Env             map[string]string `json:"env"`
+		Bytecode        map[string][]any  `json:"bytecode"`
+	}
+	inImage(t, tag, inspectProgram, &got)
+	for name, path := range got.Which {
+		if path != nil {
+			t.Errorf("%s is still in the image at %s", name, *path)
+		}
+	}
+	if got.PipModule {
+		t.Error("python3 -m pip still works: the pip module is importable")
+	}
+	if got.UID != SandboxUID || got.GID != SandboxUID || got.User != "sandbox" || got.Group != "sandbox" || got.Shell != "/usr/sbin/nologin" || got.Cwd != "/workspace" {
+		t.Errorf("runs as %d:%d (%s:%s), shell %s, in %s; want 10001:10001 sandbox:sandbox, nologin, /workspace",
+			got.UID, got.GID, got.User, got.Group, got.Shell, got.Cwd)
+	}
+	if want := []string{"profiles.py", "stats.py", "text.py"}; !reflect.DeepEqual(got.Tools, want) {
+		t.Errorf("/tools holds %v, want %v", got.Tools, want)
+	}
+	if got.ToolsMode != "0o555" || !reflect.DeepEqual(got.ToolModes, []string{"0o444"}) || got.ToolsOwner != 0 ||
+		!reflect.DeepEqual(got.HarnessModes, []string{"0o444"}) || got.ToolsWritable || got.WorkspaceOwner != SandboxUID {
+		t.Errorf("modes: /tools %s (owner %d, writable %v), tools %v, harness %v, /workspace owner %d",
+			got.ToolsMode, got.ToolsOwner, got.ToolsWritable, got.ToolModes, got.HarnessModes, got.WorkspaceOwner)
+	}
+	if got.RootMode != "0o755" || got.OptMode != "0o755" || !reflect.DeepEqual(got.HarnessDirModes, []string{"0o555"}) {
+		t.Errorf("modes: / %s, /opt %s, /opt/jazzmine and its package %v; want 0755, 0755, 0555", got.RootMode, got.OptMode, got.HarnessDirModes)
+	}
+	if want := harnessSource(t); !reflect.DeepEqual(got.Harness, want) {
+		t.Errorf("/opt/jazzmine holds %v, want the harness's source %v", got.Harness, want)
+	}
+	if got.Env["JAZZMINE_CONTAINER"] != "1" || got.Env["JAZZMINE_TOOLS_DIR"] != "/tools" {
+		t.Errorf("environment: %v", got.Env)
+	}
+	// The harness and every tool are compiled at build (root's, read-only), not at
+	// every container start.
+	if len(got.Bytecode) != len(got.Harness)+3 || len(got.Harness) == 0 {
+		t.Errorf("bytecode of %d files, want the harness's %d and 3 tools': %v", len(got.Bytecode), len(got.Harness), got.Bytecode)
+	}
+	for src, pyc := range got.Bytecode {
+		if fmt.Sprint(pyc) != "[0 0o644 true]" {
+			t.Errorf("bytecode of %s: %v, want [owner 0, mode 0o644, up to date]", src, pyc)
+		}
 	}
 }
 

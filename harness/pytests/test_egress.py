@@ -1,4 +1,4 @@
-"""Tests of the egress relay of executor_harness.py: a real harness process whose
+"""Tests of jazzmine_harness.egress, the egress relay: a real harness process whose
 children relay 127.0.0.1:<port> to a Unix socket that stands in for the egress proxy.
 Run with `make test-python`."""
 
@@ -8,7 +8,7 @@ import tempfile
 import threading
 import unittest
 
-from test_harness import HarnessProcess
+from harness_process import HarnessProcess
 
 # The script of an execution: sends n bytes through the relay, half-closes, and
 # reports whether it read them back followed by the stand-in proxy's "|END".

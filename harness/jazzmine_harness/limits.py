@@ -1,0 +1,90 @@
+"""What a script may change that the harness cannot undo, and the memory limit's
+count of kills: resource limits and scheduling of the harness and the zygote, the
+cgroup's OOM-kill counter."""
+
+import os
+import resource
+
+from . import system
+
+
+class Retire(Exception):
+    """The container must not serve again: a script changed something the harness
+    cannot undo or prove undone. The harness says no reset_done and exits (code 3),
+    and the host retires the container."""
+
+
+# ioprio_get(2) by architecture: the standard library has no wrapper.
+_SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine)
+
+
+def _ioprio(pid):
+    """The I/O priority of pid (ioprio_get, IOPRIO_WHO_PROCESS), or None where the
+    system call's number is not known here."""
+    if _SYS_IOPRIO_GET is None:
+        return None
+    return system.libc().syscall(_SYS_IOPRIO_GET, 1, pid)
+
+
+class Limits:
+    """What a process of our uid may change on another of our uid without privilege,
+    and a non-dumpable target does not prevent: its resource limits (prlimit), nice
+    value (setpriority), scheduling policy, CPU affinity and I/O priority (ioprio_set).
+    A change to the zygote's
+    would pass to every later execution (a lowered hard limit cannot be raised again
+    without CAP_SYS_RESOURCE), a change to ours would break the harness: either means
+    Retire. Read with one system call each, after every execution."""
+
+    RLIMITS = tuple(getattr(resource, n) for n in sorted(dir(resource)) if n.startswith("RLIMIT_"))
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.baseline = self.read()
+
+    def read(self):
+        try:
+            return (
+                tuple(resource.prlimit(self.pid, r) for r in self.RLIMITS),
+                os.getpriority(os.PRIO_PROCESS, self.pid),
+                os.sched_getscheduler(self.pid),
+                os.sched_getparam(self.pid).sched_priority,
+                frozenset(os.sched_getaffinity(self.pid)),
+                _ioprio(self.pid),
+            )
+        except OSError:
+            return None
+
+    def check(self, what):
+        if self.read() != self.baseline:
+            raise Retire("a script changed the resource limits or scheduling of %s" % what)
+
+
+class OomCounter:
+    """The cgroup's OOM-kill counter (v2, then v1), its file held open and read again
+    from offset 0 each time."""
+
+    def __init__(self):
+        self.fd = None
+        for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+            try:
+                self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                return
+            except OSError:
+                continue
+
+    def read(self):
+        """The count, or None where it cannot be read."""
+        if self.fd is None:
+            return None
+        try:
+            data = os.pread(self.fd, 4096, 0)
+        except OSError:
+            return None
+        for line in data.split(b"\n"):
+            k, _, v = line.partition(b" ")
+            if k == b"oom_kill":
+                try:
+                    return int(v)
+                except ValueError:
+                    return None
+        return None

@@ -1,0 +1,391 @@
+"""One execution as the parent sees it: the child's events and output relayed under
+the execution's id, its output budget and its deadline, and its end decided."""
+
+import codecs
+import json
+import os
+import select
+import signal
+import time
+
+from . import protocol as p
+from . import system
+
+# Seconds between SIGALRM (the script's own timeout) and the parent's SIGKILL of the
+# child's process group, for scripts that block or ignore the alarm or sit in C code.
+HARD_KILL_GRACE = 1.0
+
+# Bytes kept in reserve under max_output_bytes for the error and script_done lines that
+# end an execution, so that the host's own limit over the whole stream is never reached
+# by a well-behaved harness.
+OUTPUT_RESERVE = 4096
+
+# Largest stdout/stderr chunk emitted as one event.
+CHUNK_BYTES = 32 * 1024
+
+# Seconds past its timeout (counted by the parent from the request's dispatch) after
+# which an execution is a timeout whatever its child says: a script that swallows the
+# alarm or breaks the event stream cannot turn an overrun into a success.
+TIMEOUT_SLACK = 0.25
+
+# Longest event line kept from a child while its newline has not come: past it the
+# execution ends at its output limit (the line could never be sent anyway).
+# The buffer never holds more than the execution's output budget plus one read.
+EVENT_READ = 1 << 16
+
+# Reads of one pipe in one pass of the supervision loop, so that a script writing
+# without pause cannot keep the parent from its deadlines and cancels.
+READS_PER_PASS = 16
+
+
+class Run:
+    """One execution as the parent sees it: relays the child's events and output."""
+
+    def __init__(self, harness, eid, req):
+        self.h = harness
+        self.eid = eid
+        self.mode = req.get("mode") or p.MODE_PLAN
+        self.timeout = float(req.get("timeout") or p.DEFAULT_TIMEOUT)
+        limit = int(req.get("max_output_bytes") or p.DEFAULT_MAX_OUTPUT)
+        self.budget = max(limit - OUTPUT_RESERVE, 0)
+        self.start_written = harness.out.written
+        self.decoders = {
+            p.STDOUT: codecs.getincrementaldecoder("utf-8")(errors="replace"),
+            p.STDERR: codecs.getincrementaldecoder("utf-8")(errors="replace"),
+        }
+        self.nonce = req.get("nonce")
+        # The parent's own clock decides timeouts: the child is the script's process
+        # and may say anything, or nothing (see TIMEOUT_SLACK).
+        self.deadline = time.monotonic() + self.timeout
+        self.ended_at = None  # when supervision saw the child end, or gave up on it
+        self.result = False
+        self.held = None  # the child's error, emitted at its end (see _child_event)
+        self.finished = False  # the child said it is done
+        self.killed = None  # why the parent killed the child: timeout, cancelled, output_limit
+        self.over_limit = False
+        self.exit_code = None
+        self.signal = None
+
+    # -- output accounting ---------------------------------------------------------------
+
+    def used(self):
+        return self.h.out.written - self.start_written
+
+    def emit(self, event, line=None):
+        event["execution_id"] = self.eid
+        if event["type"] == p.FINAL_RESULT:
+            self.result = True
+        self.h.out.write(line or p.encode(event))
+
+    def emit_limited(self, event):
+        """Emits a script-produced event unless it would pass the output budget."""
+        if self.over_limit:
+            return False
+        event["execution_id"] = self.eid
+        line = p.encode(event)  # once: the budget is counted on the line that is sent
+        if self.used() + len(line) > self.budget:
+            self.over_limit = True
+            return False
+        self.emit(event, line)
+        return True
+
+    def emit_text(self, stream, text):
+        while text and not self.over_limit:
+            piece = text[:CHUNK_BYTES]
+            room = self.budget - self.used()
+            if p.encoded_len({"type": stream, "execution_id": self.eid, "text": piece}) > room:
+                # Emit the longest prefix that fits, then stop the script.
+                lo, hi = 0, len(piece)
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if p.encoded_len({"type": stream, "execution_id": self.eid, "text": piece[:mid]}) <= room:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                if lo > 0:
+                    self.emit({"type": stream, "text": piece[:lo]})
+                self.over_limit = True
+                return
+            self.emit({"type": stream, "text": piece})
+            text = text[len(piece):]
+
+    # -- supervision ---------------------------------------------------------------------
+
+    def supervise(self, child):
+        h = self.h
+        poll = child.poll
+        if not h.eof:
+            poll.register(h.in_fd, select.POLLIN)
+            child.names[h.in_fd] = "stdin"
+        hard = self.deadline + HARD_KILL_GRACE
+        exited = False
+        self._during_run()  # requests that arrived together with the execute
+        while not self.finished and not exited and self.killed is None:
+            wait = hard - time.monotonic()
+            if wait <= 0:
+                self.killed = p.KIND_TIMEOUT
+                break
+            zygote_gone = "zygote" not in child.names.values()
+            timeout_ms = min(wait, 0.25) if zygote_gone else wait
+            ready = poll.poll(0)
+            if not ready:  # about to wait: what is written so far goes out now
+                h.out.flush()
+                ready = poll.poll(max(1, int(timeout_ms * 1000)))
+            for fd, _ in ready:
+                what = child.names.get(fd)
+                if what == "stdin":
+                    self._stdin(child)
+                elif what == "zygote":
+                    if not self.h.zygote.pump():  # a script killed it: poll for the end
+                        poll.unregister(fd)
+                        del child.names[fd]
+                    exited = child.ended()
+                elif what == "event":
+                    self._read_events(child)
+                elif what is not None:
+                    self._read_text(child, what)
+            if zygote_gone and not exited:
+                exited = self._orphan_ended(child)
+            if self.over_limit and self.killed is None:
+                self.killed = p.KIND_OUTPUT_LIMIT
+        self.ended_at = time.monotonic()
+        # Stop everything of this execution, then relay what was already written.
+        self.h.kill_group(child.pid)
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self._drain_text(child)
+        self._read_events(child)
+        self._drain_text(child)
+        # A child that said it was done exited 0 as far as the script is concerned; it is
+        # reaped after script_done, off the critical path.
+        status = 0 if self.finished and self.killed is None else self._wait(child)
+        self._conclude(child, status)
+
+    def _stdin(self, child):
+        h = self.h
+        h.read_stdin()
+        if h.eof:
+            child.poll.unregister(h.in_fd)
+            child.names.pop(h.in_fd, None)
+        self._during_run()
+
+    def _during_run(self):
+        """Answers what may be answered while a script runs; keeps the rest for later."""
+        h = self.h
+        keep = []
+        for req in h.pending:
+            kind = req.get("type")
+            if kind == p.CANCEL:
+                if str(req.get("execution_id") or "") == self.eid and self.killed is None:
+                    self.killed = p.KIND_CANCELLED
+            elif kind == p.PING:
+                h.out.send({"type": p.PONG, "version": p.HARNESS_VERSION, "nonce": req.get("nonce")})
+            elif kind == p.RESET:
+                if self.killed is None:
+                    self.killed = p.KIND_CANCELLED
+                keep.append(req)
+            elif kind == p.EXECUTE:
+                other = str(req.get("execution_id") or "")
+                h.out.send({"type": p.ERROR, "execution_id": other, "kind": p.KIND_INFRASTRUCTURE, "error": "harness is busy with execution %s" % self.eid})
+                h.out.send({"type": p.SCRIPT_DONE, "execution_id": other, "exit_code": None, "signal": None, "duration_ms": 0, "nonce": req.get("nonce")})
+            else:
+                keep.append(req)
+        h.pending[:] = keep
+
+    def _read_text(self, child, stream):
+        fd = child.fds.get(stream)
+        if fd is None:
+            return
+        for _ in range(READS_PER_PASS):
+            try:
+                data = os.read(fd, CHUNK_BYTES)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            if not data:
+                self._close_fd(child, stream)
+                return
+            text = self.decoders[stream].decode(data)
+            if text:
+                self.emit_text(stream, text)
+            if len(data) < CHUNK_BYTES or self.over_limit:
+                return
+
+    def _drain_text(self, child):
+        for stream in (p.STDOUT, p.STDERR):
+            for _ in range(64):  # bounded: a grandchild may keep writing
+                before = self.used()
+                self._read_text(child, stream)
+                if self.used() == before or self.over_limit:
+                    break
+
+    def _close_fd(self, child, name):
+        fd = child.fds.pop(name, None)
+        if fd is not None:
+            try:
+                child.poll.unregister(fd)
+            except KeyError:
+                pass
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _read_events(self, child):
+        fd = child.fds.get("event")
+        if fd is None:
+            return
+        buf = child.evbuf
+        for _ in range(READS_PER_PASS):
+            try:
+                data = os.read(fd, EVENT_READ)
+            except (BlockingIOError, OSError):
+                break
+            if not data:
+                self._close_fd(child, "event")
+                break
+            buf += data
+            if b"\n" not in data and len(buf) > max(self.budget - self.used(), 0) + EVENT_READ:
+                # A line longer than what may still be sent could never be sent: the
+                # script is over its output limit, and nothing more is kept.
+                buf.clear()
+                self.over_limit = True
+                return
+            if b"\n" in data:
+                break
+        end = buf.rfind(b"\n")
+        if end < 0:
+            return
+        # The child flushes its output before it writes an event, so everything it
+        # printed before the events just read is in the output pipes now: relay it
+        # first. (Draining before the read would race with the child's writes.)
+        self._drain_text(child)
+        lines = bytes(buf[:end]).split(b"\n")
+        del buf[: end + 1]
+        for line in lines:
+            if line:  # empty: the newline the child puts before its end (see child.run_script)
+                self._child_event(line)
+
+    def _child_event(self, line):
+        try:
+            ev = json.loads(line)
+            kind = ev.get("type")
+        except (ValueError, AttributeError):
+            self.emit_limited({"type": p.LOG, "level": "warning", "message": "harness: dropped a malformed event line from the script"})
+            return
+        if kind == p.DONE:
+            self.finished = True
+            return
+        if kind == p.WARM:
+            return
+        if kind not in p.CHILD_EVENT_TYPES:
+            self.emit_limited({"type": p.LOG, "level": "warning", "message": "harness: dropped an event of unknown type %r from the script" % (kind,)})
+            return
+        clean = {"type": kind}
+        if kind in (p.INTERMEDIATE, p.FINAL_RESULT):
+            clean["data"] = ev.get("data")
+            if kind == p.INTERMEDIATE:
+                clean["label"] = str(ev.get("label", ""))
+        elif kind == p.LOG:
+            clean["level"] = str(ev.get("level", "info"))
+            clean["message"] = str(ev.get("message", ""))
+        else:
+            clean["kind"] = self._error_kind(ev.get("kind"))
+            clean["error"] = str(ev.get("error", ""))
+            if clean["kind"] == p.KIND_TIMEOUT:
+                clean["error"] = p.timed_out(self.timeout)
+            if ev.get("traceback"):
+                clean["traceback"] = str(ev["traceback"])
+        if kind == p.FINAL_RESULT and time.monotonic() > self.deadline + TIMEOUT_SLACK:
+            self.emit_limited({"type": p.LOG, "level": "warning", "message": "harness: dropped a result that came after the script's timeout"})
+            return
+        if kind == p.ERROR:
+            # Held until the child's end, which may turn it into a timeout: a script
+            # must not be able to pass an overrun off as its own error by sending one
+            # early and then running on.
+            if self.held is None:
+                self.held = clean
+            return
+        if kind == p.FINAL_RESULT and self.result:
+            return  # one result per execution
+        self.emit_limited(clean)
+
+    def _error_kind(self, claimed):
+        """The kind of an error the child reports: a timeout only once the parent's own
+        clock says so, and a timeout whatever it says once the slack is past; otherwise
+        the script's own failure. The child is the script's process: any other kind it
+        claims (crashed, oom, infrastructure...) would let a script steer the host."""
+        now = time.monotonic()
+        if now > self.deadline + TIMEOUT_SLACK or claimed == p.KIND_TIMEOUT and now >= self.deadline:
+            return p.KIND_TIMEOUT
+        return p.KIND_SCRIPT
+
+    def _orphan_ended(self, child):
+        """Whether a child whose zygote died has ended: it is ours to reap by now."""
+        try:
+            pid, status = os.waitpid(child.pid, os.WNOHANG)
+        except ChildProcessError:
+            return not system.pid_exists(child.pid)
+        if pid == child.pid:
+            child.status = status
+            return True
+        return False
+
+    def _wait(self, child):
+        if not child.ended():
+            child.status = self.h.zygote.wait(child.pid)
+        return child.status
+
+    def _conclude(self, child, status):
+        code = sig = None
+        for stream, dec in self.decoders.items():
+            tail = dec.decode(b"", final=True)
+            if tail:
+                self.emit_text(stream, tail)
+        if status is not None:
+            if os.WIFEXITED(status):
+                code = os.WEXITSTATUS(status)
+            elif os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+        self.exit_code, self.signal = code, sig
+        late = self.ended_at is not None and self.ended_at > self.deadline + TIMEOUT_SLACK
+        limit = {"type": p.ERROR, "kind": p.KIND_OUTPUT_LIMIT, "error": "Output limit exceeded: the script wrote more than %d bytes" % (self.budget + OUTPUT_RESERVE)}
+        if self.killed == p.KIND_TIMEOUT or late and self.killed is None:
+            self.emit({"type": p.ERROR, "kind": p.KIND_TIMEOUT, "error": p.timed_out(self.timeout)})
+        elif self.killed == p.KIND_CANCELLED:
+            self.emit({"type": p.ERROR, "kind": p.KIND_CANCELLED, "error": "Execution cancelled"})
+        elif self.killed == p.KIND_OUTPUT_LIMIT:
+            self.emit(limit)
+        elif self.held is not None:
+            if not self.emit_limited(self.held):
+                self.emit(limit)
+        elif not self.finished:
+            # The child ended without saying it was done: os._exit, a signal, OOM.
+            if sig is not None:
+                oom_before, oom_after = self.h.oom_kills, self.h.oom.read()
+                self.h.oom_kills = oom_after
+                if sig == signal.SIGKILL and oom_before is not None and oom_after is not None and oom_after > oom_before:
+                    self.emit({"type": p.ERROR, "kind": p.KIND_OOM, "error": "Script was killed: out of memory"})
+                else:
+                    self.emit({"type": p.ERROR, "kind": p.KIND_CRASHED, "error": "Script process was killed by signal %s" % system.signame(sig)})
+            elif self.mode == p.MODE_PLAN and not self.result:
+                self.emit({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "Script process exited with code %s before calling emit_result()" % code})
+            elif code:
+                self.emit({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "Script process exited with code %s" % code})
+        elif not self.result and self.mode == p.MODE_PLAN:
+            self.emit({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "Script finished without calling emit_result() (plan mode requires a result)"})
+
+    def done(self, started, child):
+        ev = {
+            "type": p.SCRIPT_DONE,
+            "execution_id": self.eid,
+            "exit_code": self.exit_code,
+            "signal": system.signame(self.signal) if self.signal else None,
+            "duration_ms": round((time.monotonic() - started) * 1000, 3),
+            "nonce": self.nonce,
+        }
+        self.h.out.send(ev)
+        self.h.out.flush()  # the host waits for it: never behind anything

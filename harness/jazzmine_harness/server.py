@@ -1,0 +1,360 @@
+"""The harness's executor loop: it reads the host's requests, has each execute run in
+a child and supervised (run.Run), and after each one kills what the execution left,
+checks what it cannot undo, wipes the scratch directories and says reset_done."""
+
+import gc
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+from . import config, system
+from . import protocol as p
+from .child import warm_up
+from .limits import Limits, OomCounter, Retire
+from .run import Run
+from .scratch import Scratch, SysvIpc
+from .tools import load_tools
+from .zygote import Child, Zygote
+
+# Longest wait, on reset, for the next child to finish warming up.
+WARM_WAIT = 0.5
+
+# Longest request line taken; the rest of a longer one is dropped, so that a host that
+# never sends a newline cannot grow the harness without bound.
+MAX_REQUEST_BYTES = 16 << 20
+
+
+class Harness:
+    def __init__(self, in_fd=0, out_fd=1):
+        self.in_fd = in_fd
+        self.out = p.Out(out_fd)
+        self.inbuf = bytearray()
+        self.discarding = False  # inside a request line over MAX_REQUEST_BYTES
+        self.pending = []  # requests read but not yet handled
+        self.tools = {}
+        self.tool_errors = []
+        self.warm = None  # the next child, forked ahead of its request
+        self.zygote = None
+        # The cgroup's OOM-kill count when no script was running: a script killed by
+        # SIGKILL while it rose ran out of memory. Read off the critical path.
+        self.oom_kills = None
+        self.oom = OomCounter()
+        self.sysv = SysvIpc() if config.IN_CONTAINER else None
+        self.scratch = [Scratch(d) for d in config.WIPED]  # opened before any script runs
+        self.limits = self.zygote_limits = None
+        self.idle_poll = select.poll()
+        self.eof = False
+
+    # -- startup ----------------------------------------------------------------------
+
+    def start(self):
+        # Same-uid processes (a script's leftovers) may not ptrace us or open /proc/<pid>/mem
+        # or /proc/<pid>/fd; orphaned descendants are reparented to us, so reset finds them.
+        system.prctl(system.PR_SET_DUMPABLE, 0)
+        system.prctl(system.PR_SET_CHILD_SUBREAPER, 1)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        # No handler for anything a process can send: as a container's PID 1 the kernel
+        # then drops every signal sent from inside the container, SIGKILL and SIGSTOP
+        # too (pid_namespaces(7)). Python's own SIGINT handler would let a script end us.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        self.tools, self.tool_errors = load_tools(config.TOOLS_DIR)
+        system.nonblock(self.in_fd)
+        self.idle_poll.register(self.in_fd, select.POLLIN)
+        self.oom_kills = self.oom.read()
+        warm_up(self.tools)
+        gc.collect()
+        gc.freeze()  # the children never touch the parent's objects' GC headers
+        self.zygote = Zygote(self.tools)
+        self.limits, self.zygote_limits = Limits(os.getpid()), Limits(self.zygote.pid)
+        self.warm = self._fork()
+        self.out.send(
+            {
+                "type": p.READY,
+                "version": p.HARNESS_VERSION,
+                "python": sys.version.split()[0],
+                "pid": os.getpid(),
+                "tools": sorted(self.tools),
+                "tool_errors": self.tool_errors,
+            }
+        )
+
+    def _fork(self):
+        req_r, req_w = os.pipe()
+        ev_r, ev_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            pid = self.zygote.fork([req_r, ev_w, out_w, err_w])
+        finally:
+            for fd in (req_r, ev_w, out_w, err_w):
+                os.close(fd)
+        for fd in (ev_r, out_r, err_r):
+            system.nonblock(fd)
+        return Child(pid, req_w, ev_r, out_r, err_r, self.zygote)
+
+    # -- main loop --------------------------------------------------------------------
+
+    def serve(self):
+        """Serves requests until stdin ends. Returns the exit code: 0, or 3 when the
+        container must be retired (see Retire)."""
+        self.start()
+        code = 0
+        try:
+            while not self.eof or self.pending:
+                req = self._next_request(None)
+                if req is None:
+                    continue
+                self._handle(req)
+        except Retire as e:
+            # No reset_done: the host sees the stream end and retires the container.
+            sys.stderr.write("harness: %s; exiting, the container must not be used again\n" % e)
+            code = 3
+        self.out.flush()
+        self._kill_child(self.warm)
+        self.warm = None
+        self.zygote.stop()
+        self._kill_leftovers()
+        return code
+
+    def _handle(self, req):
+        kind = req.get("type")
+        nonce = req.get("nonce")
+        if kind == p.EXECUTE:
+            self._execute(req)
+            # Every execute ends with the reset the host would ask for, unasked: the host
+            # lends the container again at this reset_done without a round trip of its own.
+            self._reset_done(nonce)
+        elif kind == p.RESET:
+            self._reset()
+            self._reset_done(nonce)
+        elif kind == p.PING:
+            self.out.send({"type": p.PONG, "version": p.HARNESS_VERSION, "nonce": nonce})
+        elif kind == p.CANCEL:
+            pass  # nothing is running: a late cancel is harmless
+        else:
+            self.out.send({"type": p.LOG, "level": "warning", "message": "harness: unknown request type %r" % (kind,)})
+
+    def _reset_done(self, nonce):
+        """Says reset_done, answering the request of nonce. The host takes it as an
+        answer to that request only: the nonce never reaches a script."""
+        if self.warm is None:
+            self.warm = self._fork()
+        # reset_done means ready: the next execute finds a warmed-up child.
+        self._await_warm(self.warm, WARM_WAIT)
+        self.out.send({"type": p.RESET_DONE, "nonce": nonce})
+        self.out.flush()
+
+    def _await_warm(self, child, timeout):
+        """Waits until child has warmed up, at most timeout seconds."""
+        fd = child.fds.get("event")
+        deadline = time.monotonic() + timeout
+        while not child.is_warm and fd is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return
+            try:
+                data = os.read(fd, 1 << 16)
+            except (BlockingIOError, InterruptedError):
+                continue
+            if not data:
+                return
+            child.evbuf += data
+            if p.WARM_LINE in child.evbuf:
+                child.evbuf = child.evbuf.replace(p.WARM_LINE, b"", 1)
+                child.is_warm = True
+
+    def read_stdin(self):
+        try:
+            data = os.read(self.in_fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not data:
+            self.eof = True
+            self.idle_poll.unregister(self.in_fd)
+            return
+        self.inbuf += data
+        if b"\n" not in data:  # scan what came, not the whole buffer again
+            if len(self.inbuf) > MAX_REQUEST_BYTES:
+                self.inbuf.clear()
+                if not self.discarding:
+                    self.discarding = True
+                    self.out.send({"type": p.LOG, "level": "warning", "message": "harness: dropped a request line over %d bytes" % MAX_REQUEST_BYTES})
+            return
+        while True:
+            end = self.inbuf.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(self.inbuf[:end])
+            del self.inbuf[: end + 1]
+            if self.discarding:
+                self.discarding = False  # the end of the line that was too long
+                continue
+            if not line.strip():
+                continue
+            try:
+                req = json.loads(line)
+                if not isinstance(req, dict):
+                    raise ValueError("not an object")
+            except ValueError as e:
+                self.out.send({"type": p.LOG, "level": "warning", "message": "harness: ignored a malformed request: %s" % e})
+                continue
+            self.pending.append(req)
+
+    def _next_request(self, timeout):
+        if self.pending:
+            return self.pending.pop(0)
+        if self.eof:
+            return None
+        self.out.flush()
+        if self.idle_poll.poll(None if timeout is None else int(timeout * 1000)):
+            self.read_stdin()
+        return self.pending.pop(0) if self.pending else None
+
+    # -- execute ----------------------------------------------------------------------
+
+    def _execute(self, req):
+        eid = str(req.get("execution_id") or "")
+        started = time.monotonic()
+        run = Run(self, eid, req)
+        missing = [k for k in (req.get("required_secrets") or []) if not os.environ.get(str(k))]
+        if missing:
+            run.emit({"type": p.ERROR, "kind": p.KIND_MISSING_SECRETS, "error": "Missing required secrets: " + ", ".join(sorted(map(str, missing)))})
+            run.done(started, None)
+            return
+        child = self.warm
+        self.warm = None
+        if child is None or not self._dispatch(child, req):
+            self._kill_child(child)
+            child = self._fork()
+            if not self._dispatch(child, req):
+                run.emit({"type": p.ERROR, "kind": p.KIND_CRASHED, "error": "harness could not start the script process"})
+                self._kill_child(child)
+                run.done(started, None)
+                self.warm = self._fork()
+                return
+        run.supervise(child)
+        run.done(started, child)
+        self._after_execution(child)
+        self._reset()
+        self.warm = self._fork()
+
+    def _dispatch(self, child, req):
+        # Encoded again without the nonce: the script must never learn it.
+        data = (json.dumps({k: v for k, v in req.items() if k != "nonce"}, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(child.req_w, view):]
+            os.close(child.req_w)
+            child.req_w = None
+            return True
+        except OSError:
+            return False
+
+    def _after_execution(self, child):
+        self.kill_group(child.pid)
+        child.close()
+        self.zygote.check()
+        if not child.ended():
+            child.status = self.zygote.wait(child.pid)
+        self._reap()
+        self._kill_descendants()
+
+    def kill_group(self, pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def _kill_child(self, child):
+        if child is None:
+            return
+        self.kill_group(child.pid)
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        child.close()
+        if not child.ended():
+            child.status = self.zygote.wait(child.pid)
+
+    def _reap(self):
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    # -- reset ------------------------------------------------------------------------
+
+    def _reset(self):
+        """Kills what earlier executions left, wipes the scratch directories and, in a
+        container, empties /dev/shm and /dev/mqueue and removes System V IPC objects.
+
+        The warm child survives: it was forked after the last execution's leftovers were
+        killed, has run no script, and is not dumpable, so no other process of our uid
+        could ptrace it or reach its memory or file descriptors meanwhile.
+        """
+        self._kill_leftovers()
+        # Nothing of the executions' runs now: what they changed stays changed.
+        self.limits.check("the harness")
+        self.zygote_limits.check("the zygote")
+        for d in self.scratch:
+            d.wipe()
+        if self.sysv is not None:
+            self.sysv.remove_all()
+        self.oom_kills = self.oom.read()
+
+    def _kill_leftovers(self):
+        if not config.IN_CONTAINER:
+            self._kill_descendants()
+            return
+        # Every other process of the PID namespace but us, PID 1 and the warm child:
+        # catches anything that escaped our subtree, though subreaping should leave none.
+        me, uid = os.getpid(), os.getuid()
+        keep = {1, me, self.zygote.pid, self.warm.pid if self.warm else None}
+        for _ in range(1000):
+            others = [pid for pid in system.proc_pids() if pid not in keep]
+            if others:  # the common case, nothing left, costs one listdir
+                others = [pid for pid in others if system.uid_of(pid) == uid and not system.is_zombie(pid)]
+            if not others:
+                break
+            for pid in others:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            self._reap()
+            time.sleep(0.0005)
+        self._reap()
+
+    def _kill_descendants(self):
+        """Kills what earlier children left behind: with PR_SET_CHILD_SUBREAPER every
+        orphaned descendant (a setsid double fork included) is reparented to us.
+
+        Each killed child is waited for, so its own children have been reparented to us
+        by the time the list is read again; the loop ends when the list is empty."""
+        for _ in range(10000):
+            kids = [pid for pid in system.children() if pid != self.zygote.pid]
+            if not kids:
+                return
+            for pid in kids:
+                self.kill_group(pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            for pid in kids:
+                try:
+                    os.waitpid(pid, 0)
+                except ChildProcessError:
+                    pass
+
+
+def main():
+    sys.exit(Harness(*p.protocol_fds()).serve())

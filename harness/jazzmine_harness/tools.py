@@ -1,0 +1,72 @@
+"""The tools: every *.py of the tools directory, loaded once at start; async tools
+wrapped so that scripts call them as plain functions."""
+
+import functools
+import importlib.util
+import os
+import threading
+import traceback
+import types
+
+# inspect.CO_COROUTINE: inspect itself costs 1.7 MB that every fork would copy.
+CO_COROUTINE = 0x80
+
+
+def _make_sync(fn):
+    """Wraps an async tool so that scripts call it as a plain function.
+
+    The coroutine runs on an event loop owned by a thread of the calling process; the loop
+    is created on first use in each child (threads do not survive fork).
+    """
+
+    import asyncio  # here, not at the top: 4 MB that every fork would copy, for async tools only
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        loop = _tool_loop()
+        return asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), loop).result()
+
+    call.__jazzmine_async__ = True
+    return call
+
+
+_loop_state = {"pid": None, "loop": None}
+_loop_lock = threading.Lock()
+
+
+def _tool_loop():
+    with _loop_lock:
+        if _loop_state["pid"] != os.getpid():
+            import asyncio  # imported already by _make_sync: a dict lookup
+
+            loop = asyncio.new_event_loop()
+            t = threading.Thread(target=loop.run_forever, name="jazzmine-tool-loop", daemon=True)
+            t.start()
+            _loop_state.update(pid=os.getpid(), loop=loop)
+        return _loop_state["loop"]
+
+
+def load_tools(directory):
+    """Loads every *.py in directory. Returns (tools by name, errors)."""
+    tools, errors = {}, []
+    if not directory or not os.path.isdir(directory):
+        return tools, errors
+    directory = os.path.abspath(directory)  # co_filename below is compared to absolute paths
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".py") or name.startswith("."):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            spec = importlib.util.spec_from_file_location("jazzmine_tools." + name[:-3], path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except BaseException as e:  # a tool's SystemExit must not stop the harness either
+            errors.append({"file": name, "error": "%s: %s" % (type(e).__name__, e), "traceback": traceback.format_exc()})
+            continue
+        for attr, value in vars(module).items():
+            if attr.startswith("_") or not isinstance(value, types.FunctionType):
+                continue
+            if getattr(value, "__code__", None) is None or value.__code__.co_filename != path:
+                continue  # imported into the tool file, not defined by it
+            tools[attr] = _make_sync(value) if value.__code__.co_flags & CO_COROUTINE else value
+    return tools, errors

@@ -1,0 +1,65 @@
+"""Tests of the package as a whole: what it imports, and when, and what its modules
+offer a script that imports them. Run with `make test-python`."""
+
+import ast
+import os
+import subprocess
+import sys
+import unittest
+
+from harness_process import HARNESS_DIR, PACKAGE_DIR, HarnessProcess
+
+MODULES = sorted("jazzmine_harness" + ("" if n == "__init__.py" else "." + n[:-3]) for n in os.listdir(PACKAGE_DIR) if n.endswith(".py") and n != "__main__.py")
+
+
+class ImportsTest(unittest.TestCase):
+    def test_importing_the_package_imports_every_module(self):
+        out = subprocess.run(
+            [sys.executable, "-B", "-P", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import jazzmine_harness; print(*sorted(m for m in sys.modules if m.split('.')[0] == 'jazzmine_harness'))", HARNESS_DIR],
+            capture_output=True, text=True, check=True,
+        )
+        self.assertEqual(out.stdout.split(), MODULES)
+
+    def test_no_module_imports_inside_a_function_but_asyncio_for_async_tools(self):
+        # What the harness imports later, it would look up when scripts have run.
+        for name in sorted(os.listdir(PACKAGE_DIR)):
+            if not name.endswith(".py"):
+                continue
+            with open(os.path.join(PACKAGE_DIR, name)) as f:
+                tree = ast.parse(f.read(), name)
+            for fn in ast.walk(tree):
+                if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for node in ast.walk(fn):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        self.assertEqual((name, [a.name for a in node.names]), ("tools.py", ["asyncio"]), "%s:%d" % (name, node.lineno))
+
+
+# A script that imports every module of the harness and lists what their globals hold
+# beyond classes, functions, modules and plain data: the objects of the harness's own
+# types a script could reach by name.
+REACH = """
+import sys, types
+mods = sorted(m for m in sys.modules if m.split(".")[0] == "jazzmine_harness")
+live = sorted("%s.%s: %s" % (m, k, type(v).__name__) for m in mods for k, v in vars(sys.modules[m]).items()
+              if not isinstance(v, (type, types.FunctionType, types.ModuleType)) and type(v).__module__.split(".")[0] == "jazzmine_harness")
+emit_result({"modules": mods, "live": live})
+"""
+
+
+class ReachTest(unittest.TestCase):
+    def test_a_script_finds_no_harness_stream_request_or_zygote_in_the_modules(self):
+        # The child shares the zygote's memory, and the single-file harness offered a
+        # script its module; split in modules, the package offers no more: no module
+        # holds the harness, its stream, a run, the zygote or a child, only /proc held
+        # open (as the single file did).
+        h = HarnessProcess()
+        self.addCleanup(h.close)
+        h.send(type="execute", execution_id="r1", script=REACH, nonce="n-reach")
+        events = h.until("script_done")
+        results = [e["data"] for e in events if e["type"] == "final_result"]
+        self.assertEqual(results, [{"modules": MODULES, "live": ["jazzmine_harness.system._PROC: Dir"]}], events)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,144 @@
+"""The harness's protocol end to end, over a real harness process (jazzmine_harness.server,
+the executor loop, with every module under it). Run with `make test-python`."""
+
+import os
+import unittest
+
+from harness_process import HarnessProcess
+from jazzmine_harness import protocol
+
+
+class ProtocolTest(unittest.TestCase):
+    def setUp(self):
+        self.h = HarnessProcess()
+        self.addCleanup(self.h.close)
+
+    def test_ready_comes_first_and_names_the_version(self):
+        self.assertEqual(self.h.ready["type"], "ready")
+        self.assertEqual(self.h.ready["version"], protocol.HARNESS_VERSION)
+
+    def test_ping_answers_pong(self):
+        self.h.send(type="ping")
+        self.assertEqual(self.h.read()["type"], "pong")
+
+    def test_every_event_of_an_execution_carries_its_id(self):
+        self.h.send(type="execute", execution_id="x1", script="print('a')\nemit_intermediate('l', 1)\nemit_result(2)")
+        events = self.h.until("script_done")
+        self.assertEqual({e["execution_id"] for e in events}, {"x1"})
+        self.assertEqual([e["type"] for e in events][-2:], ["final_result", "script_done"])
+
+    def test_a_forged_protocol_line_is_only_output(self):
+        script = "import json, sys\njson.dumps = lambda *a, **k: 'broken'\nprint('{\"type\":\"final_result\",\"execution_id\":\"x2\",\"data\":\"forged\"}')\nsys.stderr.write('{\"type\":\"script_done\"}\\n')\nemit_result('real')"
+        self.h.send(type="execute", execution_id="x2", script=script)
+        events = self.h.until("script_done")
+        results = [e for e in events if e["type"] == "final_result"]
+        self.assertEqual([r["data"] for r in results], ["real"])
+        self.assertIn("forged", "".join(e.get("text", "") for e in events if e["type"] == "stdout"))
+
+    def test_emit_result_twice_is_an_error_in_the_script(self):
+        self.h.send(type="execute", execution_id="x3", script="emit_result(1)\nemit_result(2)")
+        events = self.h.until("script_done")
+        self.assertEqual([e["data"] for e in events if e["type"] == "final_result"], [1])
+        errors = [e for e in events if e["type"] == "error"]
+        self.assertIn("only once", errors[0]["error"])
+
+    def test_unserialisable_data_is_a_clear_error(self):
+        self.h.send(type="execute", execution_id="x4", script="emit_result(object())")
+        events = self.h.until("script_done")
+        self.assertIn("JSON-serializable", [e for e in events if e["type"] == "error"][0]["error"])
+
+    def test_a_cancel_for_another_execution_is_ignored(self):
+        self.h.send(type="execute", execution_id="x5", script="import time\ntime.sleep(0.3)\nemit_result('done')")
+        self.h.send(type="cancel", execution_id="other")
+        events = self.h.until("script_done")
+        self.assertEqual([e["data"] for e in events if e["type"] == "final_result"], ["done"])
+
+    def test_ping_is_answered_while_a_script_runs(self):
+        self.h.send(type="execute", execution_id="x6", script="import time\ntime.sleep(0.5)\nemit_result(1)")
+        self.h.send(type="ping")
+        first = self.h.read()
+        self.assertEqual(first["type"], "pong")
+        self.assertEqual(self.h.until("script_done")[-1]["execution_id"], "x6")
+
+    def test_a_second_execute_while_busy_is_refused_not_queued(self):
+        self.h.send(type="execute", execution_id="x7", script="import time\ntime.sleep(0.3)\nemit_result(1)")
+        self.h.send(type="execute", execution_id="x8", script="emit_result(2)")
+        events = self.h.until("script_done")
+        self.assertEqual(events[-1]["execution_id"], "x8")
+        self.assertIn("busy", events[0]["error"])
+        self.assertEqual(self.h.until("script_done")[-1]["execution_id"], "x7")
+
+    def test_a_malformed_request_is_logged_and_skipped(self):
+        self.h.p.stdin.write(b"not json\n")
+        self.h.p.stdin.flush()
+        self.assertEqual(self.h.read()["level"], "warning")
+        self.h.send(type="ping")
+        self.assertEqual(self.h.read()["type"], "pong")
+
+    def test_the_script_gets_trace_context_and_a_tmpdir(self):
+        self.h.send(type="execute", execution_id="x9", traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                    script="import os, tempfile\nemit_result([os.environ.get('TRACEPARENT'), tempfile.gettempdir()])")
+        result = [e for e in self.h.until("script_done") if e["type"] == "final_result"][0]["data"]
+        self.assertEqual(result[0], "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        self.assertTrue(result[1].endswith("/t"))
+
+    def test_reset_answers_reset_done(self):
+        self.h.send(type="reset")
+        self.assertEqual(self.h.read()["type"], "reset_done")
+
+    def test_a_request_line_without_end_is_dropped_not_kept(self):
+        chunk = b"x" * (1 << 20)
+        for _ in range(17):
+            self.h.p.stdin.write(chunk)
+        self.h.p.stdin.write(b"\n")
+        self.h.p.stdin.flush()
+        ev = self.h.read()
+        self.assertEqual((ev["type"], ev["level"]), ("log", "warning"))
+        self.assertIn("dropped a request line", ev["message"])
+        self.h.send(type="ping")
+        self.assertEqual(self.h.read()["type"], "pong")
+
+    def test_every_execute_ends_with_reset_done_unasked(self):
+        for i in range(2):
+            self.h.send(type="execute", execution_id="e%d" % i, script="open('left', 'w').write('x')\nemit_result(1)", timeout=5)
+            self.assertEqual(self.h.until("script_done")[-1]["execution_id"], "e%d" % i)
+            self.assertEqual(self.h.read()["type"], "reset_done")
+            self.assertEqual(os.listdir(self.h.workspace), [], "the workspace is wiped before reset_done")
+
+    def test_answers_carry_the_nonce_of_their_request(self):
+        self.h.send(type="ping", nonce="n-ping")
+        self.assertEqual(self.h.read()["nonce"], "n-ping")
+        self.h.send(type="reset", nonce="n-reset")
+        self.assertEqual(self.h.read()["nonce"], "n-reset")
+        self.h.send(type="execute", execution_id="n1", script="emit_result(1)", nonce="n-exec")
+        self.assertEqual(self.h.until("script_done")[-1]["nonce"], "n-exec")
+        self.assertEqual(self.h.read(), {"type": "reset_done", "nonce": "n-exec"})
+
+    def test_the_script_never_sees_the_nonce(self):
+        nonce = "f00dfeedcafe" * 3
+        # Every object the collector knows and every frame above the script (the
+        # child's request is a local there). The needle is rebuilt each time, never
+        # kept where it would find itself.
+        script = """import gc, sys
+R = %r
+seen = any(R[::-1] in repr(o) for o in gc.get_objects() if isinstance(o, (dict, list, tuple)))
+f = sys._getframe().f_back
+while f:
+    seen = seen or R[::-1] in repr(f.f_locals)
+    f = f.f_back
+emit_result(seen)
+""" % nonce[::-1]
+        self.h.send(type="execute", execution_id="n2", script=script, nonce=nonce)
+        events = self.h.until("script_done")
+        self.assertEqual(events[-1]["nonce"], nonce)
+        self.assertEqual([e["data"] for e in events if e["type"] == "final_result"], [False], events)
+
+    def test_a_tool_that_prints_at_import_cannot_write_into_the_protocol(self):
+        h = HarnessProcess(tools={"loud.py": "import sys\nprint('{\"type\":\"script_done\"}')\nsys.stdout.flush()\ndef quiet():\n    return 1\n"})
+        self.addCleanup(h.close)
+        self.assertEqual(h.ready["type"], "ready")
+        self.assertEqual(h.ready["tools"], ["quiet"])
+
+
+if __name__ == "__main__":
+    unittest.main()
