@@ -15,77 +15,125 @@ import (
 const (
 	// backgroundLimit caps the background tasks a worker runs at once.
 	backgroundLimit = 32
+	// backgroundQueue caps the tasks of one tenant waiting for a slot.
+	backgroundQueue = 256
 	// backgroundTimeout bounds one background task.
 	backgroundTimeout = 10 * time.Second
 )
 
-// background runs the worker's background tasks, at most backgroundLimit at once.
+// background runs the worker's background tasks: at most backgroundLimit at once,
+// taken from the tenants' queues in turn. A subscription's handler never waits for
+// it, so a tenant that floods the worker with cancels (or jobs for unknown
+// sandboxes) fills its own queue and loses its own excess; another tenant's task
+// waits for one task of each busy tenant at most, not for the flood.
 type background struct {
 	log *slog.Logger
 
-	mu      sync.Mutex // guards closed, full and dropped
-	closed  bool       // no more tasks may start
-	full    bool       // a message waits for a slot; logged once
-	dropped map[*nats.Subscription]int
+	mu      sync.Mutex // guards the fields below
+	closed  bool
+	queues  map[string][]func(context.Context) // by tenant ("" for the fleet's account)
+	turn    []string                           // tenants with queued tasks, next first
+	full    map[string]bool                    // a tenant whose excess was logged
+	dropped map[*nats.Subscription]int         // messages the client dropped, as last logged
 
-	slots chan struct{} // a token per task running
-	stop  chan struct{} // closed with closed
-	wg    sync.WaitGroup
+	wake chan struct{} // a token when a task is queued
+	stop chan struct{} // closed by close
+	wg   sync.WaitGroup
 }
 
 func newBackground(log *slog.Logger) *background {
-	return &background{log: log, dropped: map[*nats.Subscription]int{}, slots: make(chan struct{}, backgroundLimit), stop: make(chan struct{})}
+	b := &background{
+		log: log, queues: map[string][]func(context.Context){}, full: map[string]bool{},
+		dropped: map[*nats.Subscription]int{}, wake: make(chan struct{}, backgroundLimit), stop: make(chan struct{}),
+	}
+	for range backgroundLimit {
+		b.wg.Add(1)
+		go b.serve()
+	}
+	return b
 }
 
-// goBackground runs f as a background task: see background.run.
-func (w *Worker) goBackground(m *nats.Msg, f func(ctx context.Context)) { w.bg.run(m, f) }
+// goBackground queues f as a background task of tenant: see background.run.
+func (w *Worker) goBackground(tenant string, m *nats.Msg, f func(ctx context.Context)) {
+	w.bg.run(tenant, m, f)
+}
 
-// run runs f on its own goroutine with a bounded context, unless the worker is
-// shutting down; close waits for it. It is called by the handler of the NATS
-// subscription that received m. At most backgroundLimit tasks run at once: beyond
-// them the handler waits until one ends (or the worker shuts down), so the messages
-// after m wait in the subscription's buffer, which nats.go bounds (its pending
-// limits, by default 512 Ki messages or 64 MiB). Nothing is dropped here: a cancel
-// or an unknown sandbox's job left out would go unanswered. What the client drops
-// beyond its limits (a slow consumer) is logged, with the count, at the next task.
-func (b *background) run(m *nats.Msg, f func(ctx context.Context)) {
-	select {
-	case b.slots <- struct{}{}:
-		b.mu.Lock()
-		b.full = false
-		b.mu.Unlock()
-	default:
-		b.mu.Lock()
-		first := !b.full
-		b.full = true
-		b.mu.Unlock()
-		if first {
-			b.log.Warn("background work at its limit: messages wait for a task to end", "limit", backgroundLimit, "subject", m.Subject)
-		}
-		select {
-		case b.slots <- struct{}{}:
-		case <-b.stop:
-			return
-		}
-	}
+// run queues f, to run with a bounded context unless the worker shuts down first;
+// close waits for the tasks under way. It is called by the handler of the NATS
+// subscription that received m, and does not wait. A tenant's task beyond
+// backgroundQueue waiting is dropped (logged once until its queue drains): a flood
+// costs its sender, not the others. What the client itself drops beyond its limits
+// (a slow consumer) is logged, with the count, at the next task.
+func (b *background) run(tenant string, m *nats.Msg, f func(ctx context.Context)) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		<-b.slots
 		return
 	}
-	b.wg.Add(1)
 	dropped := b.droppedLocked(m.Sub)
+	q := b.queues[tenant]
+	switch {
+	case len(q) >= backgroundQueue:
+		first := !b.full[tenant]
+		b.full[tenant] = true
+		b.mu.Unlock()
+		if first {
+			b.log.Warn("a tenant's background work is at its limit: its excess is dropped", "tenant", tenant, "limit", backgroundQueue, "subject", m.Subject)
+		}
+		return
+	case len(q) == 0:
+		b.turn = append(b.turn, tenant)
+	}
+	b.queues[tenant] = append(q, f)
 	b.mu.Unlock()
 	if dropped > 0 {
 		b.log.Error("messages dropped by the NATS client while background work was at its limit (slow consumer)", "subject", m.Sub.Subject, "dropped", dropped)
 	}
-	go func() {
-		defer func() { <-b.slots; b.wg.Done() }()
+	select {
+	case b.wake <- struct{}{}:
+	default: // every server is awake already
+	}
+}
+
+// serve is one slot: it runs the next task, tenants in turn, until close.
+func (b *background) serve() {
+	defer b.wg.Done()
+	for {
+		f := b.next()
+		if f == nil {
+			select {
+			case <-b.wake:
+				continue
+			case <-b.stop:
+				return
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), backgroundTimeout)
-		defer cancel()
 		f(ctx)
-	}()
+		cancel()
+	}
+}
+
+// next takes the first task of the tenant whose turn it is, or returns nil.
+func (b *background) next() func(context.Context) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || len(b.turn) == 0 {
+		return nil
+	}
+	tenant := b.turn[0]
+	b.turn = b.turn[1:]
+	q := b.queues[tenant]
+	f := q[0]
+	q[0] = nil
+	if q = q[1:]; len(q) > 0 {
+		b.queues[tenant] = q
+		b.turn = append(b.turn, tenant)
+	} else {
+		delete(b.queues, tenant)
+		delete(b.full, tenant)
+	}
+	return f
 }
 
 // droppedLocked returns how many messages the client dropped for sub since the last
@@ -103,12 +151,13 @@ func (b *background) droppedLocked(sub *nats.Subscription) int {
 	return d
 }
 
-// close releases handlers waiting for a slot and waits for the tasks under way. It
-// is safe to call more than once.
+// close drops the tasks not started and waits for those under way. It is safe to
+// call more than once.
 func (b *background) close() {
 	b.mu.Lock()
 	if !b.closed {
 		b.closed = true
+		b.queues, b.turn = nil, nil
 		close(b.stop)
 	}
 	b.mu.Unlock()

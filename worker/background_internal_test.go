@@ -5,88 +5,106 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
 
-func newBackgroundWorker() *Worker {
-	return &Worker{bg: newBackground(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+func newBackgroundWorker(t *testing.T) *Worker {
+	w := &Worker{bg: newBackground(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	t.Cleanup(w.bg.close)
+	return w
 }
 
-func TestBackgroundWorkRunsAtMostItsLimitAtOnceAndDropsNothing(t *testing.T) {
-	w := newBackgroundWorker()
+// waitUntil polls cond until it holds, or fails the test after a minute.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestBackgroundWorkRunsAtMostItsLimitAtOnceAndDropsNothingWithinItsQueue(t *testing.T) {
+	w := newBackgroundWorker(t)
 	const tasks = 3 * backgroundLimit
 	var running, most, ran atomic.Int64
 	release := make(chan struct{})
-	handlerDone := make(chan struct{})
-	go func() { // one subscription's handler, one message after the other
-		defer close(handlerDone)
-		for range tasks {
-			w.goBackground(&nats.Msg{Subject: "jazzmine.cancel.x"}, func(context.Context) {
-				n := running.Add(1)
-				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-				}
-				<-release
-				running.Add(-1)
-				ran.Add(1)
-			})
-		}
-	}()
-	// Nothing ends until the handler waits for a slot, or has started every task.
-	for held := false; !held; runtime.Gosched() {
-		w.bg.mu.Lock()
-		full := w.bg.full
-		w.bg.mu.Unlock()
-		select {
-		case <-handlerDone:
-			held = running.Load() == tasks
-		default:
-			held = full && running.Load() == backgroundLimit
-		}
+	for range tasks { // one subscription's handler, one message after the other
+		w.goBackground("", &nats.Msg{Subject: "jazzmine.cancel.x"}, func(context.Context) {
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			<-release
+			running.Add(-1)
+			ran.Add(1)
+		})
 	}
+	waitUntil(t, "every slot to be busy", func() bool { return running.Load() == backgroundLimit })
 	close(release)
-	<-handlerDone
-	w.bg.close()
-	if got := ran.Load(); got != tasks {
-		t.Errorf("%d of %d tasks ran", got, tasks)
-	}
+	waitUntil(t, "every task to run", func() bool { return ran.Load() == tasks })
 	if got := most.Load(); got > backgroundLimit {
 		t.Errorf("%d tasks ran at once, want at most %d", got, backgroundLimit)
 	}
 }
 
-func TestAHandlerWaitingForBackgroundWorkIsReleasedAtShutdown(t *testing.T) {
-	w := newBackgroundWorker()
-	hold := make(chan struct{})
-	var started sync.WaitGroup
-	for range backgroundLimit {
-		started.Add(1)
-		w.goBackground(&nats.Msg{Subject: "jazzmine.cancel.x"}, func(context.Context) { started.Done(); <-hold })
+// TestAFloodingTenantLosesItsOwnExcessAndHoldsUpNoOther: tenant a fills every slot
+// and its queue, and sends more; tenant b's one task runs after at most one more of
+// a's, and a's excess beyond its queue is dropped.
+func TestAFloodingTenantLosesItsOwnExcessAndHoldsUpNoOther(t *testing.T) {
+	w := newBackgroundWorker(t)
+	tokens := make(chan struct{})
+	var aStarted, aRan atomic.Int64
+	var bRanAfter atomic.Int64
+	bRanAfter.Store(-1)
+	msg := &nats.Msg{Subject: "jazzmine.cancel.a.x"}
+	const sent = backgroundLimit + backgroundQueue + 50
+	for range sent {
+		w.goBackground("a", msg, func(context.Context) { aStarted.Add(1); <-tokens; aRan.Add(1) })
 	}
-	started.Wait()
-	var extraRan atomic.Bool
-	waiting := make(chan struct{})
-	go func() {
-		defer close(waiting)
-		w.goBackground(&nats.Msg{Subject: "jazzmine.cancel.y"}, func(context.Context) { extraRan.Store(true) })
-	}()
-	for full := false; !full; { // the handler waits for a slot
+	w.goBackground("b", &nats.Msg{Subject: "jazzmine.cancel.b.y"}, func(context.Context) { bRanAfter.Store(aRan.Load()) })
+	for range 2 {
+		tokens <- struct{}{}
+	}
+	waitUntil(t, "b's task to run", func() bool { return bRanAfter.Load() >= 0 })
+	if n := bRanAfter.Load(); n > 2 {
+		t.Errorf("b's task ran after %d of a's, want at most 2", n)
+	}
+	close(tokens) // every task of a's may end now
+	waitUntil(t, "a's queue to drain", func() bool {
 		w.bg.mu.Lock()
-		full = w.bg.full
-		w.bg.mu.Unlock()
-		runtime.Gosched()
+		defer w.bg.mu.Unlock()
+		return len(w.bg.queues["a"]) == 0 && aRan.Load() == aStarted.Load()
+	})
+	// What ran: the queue's worth, and what the slots took while a sent.
+	if n := aRan.Load(); n < backgroundQueue || n > backgroundLimit+backgroundQueue {
+		t.Errorf("%d of a's %d tasks ran, want its queue's %d and at most its slots' %d more", n, sent, backgroundQueue, backgroundLimit)
 	}
-	w.bg.mu.Lock()
-	w.bg.closed = true
-	close(w.bg.stop)
-	w.bg.mu.Unlock()
-	<-waiting // returns although every slot is still held
+}
+
+func TestBackgroundWorkNotStartedAtShutdownIsDropped(t *testing.T) {
+	w := newBackgroundWorker(t)
+	hold := make(chan struct{})
+	var started atomic.Int64
+	for range backgroundLimit {
+		w.goBackground("", &nats.Msg{Subject: "jazzmine.cancel.x"}, func(context.Context) { started.Add(1); <-hold })
+	}
+	waitUntil(t, "every slot to be busy", func() bool { return started.Load() == backgroundLimit })
+	var lateRan atomic.Bool
+	w.goBackground("", &nats.Msg{Subject: "jazzmine.cancel.y"}, func(context.Context) { lateRan.Store(true) })
+	closed := make(chan struct{})
+	go func() { w.bg.close(); close(closed) }()
+	waitUntil(t, "shutdown to begin", func() bool { w.bg.mu.Lock(); defer w.bg.mu.Unlock(); return w.bg.closed })
 	close(hold)
-	w.bg.wg.Wait()
-	if extraRan.Load() {
-		t.Error("a task started after shutdown")
+	<-closed
+	w.goBackground("", &nats.Msg{Subject: "jazzmine.cancel.z"}, func(context.Context) { lateRan.Store(true) })
+	if lateRan.Load() {
+		t.Error("a task queued behind the busy slots ran after shutdown began")
 	}
 }

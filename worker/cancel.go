@@ -75,7 +75,7 @@ func (w *Worker) coordinateCancel(m *nats.Msg) {
 		return
 	}
 	key := ref.key()
-	w.goBackground(m, func(ctx context.Context) {
+	w.goBackground(ref.tenant, m, func(ctx context.Context) {
 		rev, err := w.cancels.Create(ctx, key, []byte(cancelPending))
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return // already being cancelled

@@ -23,13 +23,13 @@ func (w *Worker) triage(m *nats.Msg) {
 		// A subject no consumer can ever match (a literal wildcard, a character no
 		// sandbox name has): nothing would take it, and it would hold backlog room
 		// for good.
-		w.goBackground(m, w.purgeUnserved)
+		w.goBackground(tenantToken(m.Subject), m, w.purgeUnserved)
 		return
 	}
 	if _, ok := w.consumers[sandbox]; ok {
 		return // ours: the common case costs a map lookup
 	}
-	w.goBackground(m, func(ctx context.Context) {
+	w.goBackground(tenant, m, func(ctx context.Context) {
 		if exists, err := w.consumerExists(ctx, sandbox); err != nil || exists {
 			return
 		}
@@ -44,6 +44,17 @@ func (w *Worker) triage(m *nats.Msg) {
 		}
 		w.purgeUnserved(ctx)
 	})
+}
+
+// tenantToken is the tenant token of a job subject that does not parse: the third
+// token of jazzmine.exec.<tenant>.<...> (or "" for a subject of three tokens), so
+// that its purge is queued as that tenant's background work.
+func tenantToken(subject string) string {
+	tokens := strings.Split(subject, ".")
+	if len(tokens) < 4 {
+		return ""
+	}
+	return tokens[2]
 }
 
 // purgeUnserved removes the jobs of every subject that no consumer serves, or can:
