@@ -28,7 +28,7 @@ lint: ## gofmt, go vet, and a syntax check of the harness
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(PYTHON) -m py_compile harness/executor_harness.py
+	$(PYTHON) -m py_compile harness/jazzmine_harness/*.py
 
 .PHONY: test-python
 test-python: ## Python unit tests of the harness

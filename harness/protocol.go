@@ -59,10 +59,9 @@ const (
 	requestPing    = "ping"
 )
 
-// Event types and error kinds the harness shares with wire, kept for the packages
-// that still name them here.
-//
-// Deprecated: use wire's constants of the same names.
+// Event types and error kinds the harness shares with wire: wire's constants, one
+// definition, named here too for sandboxpool, which reaches wire only through this
+// package (DESIGN.md section 2).
 const (
 	EventIntermediate  = wire.EventIntermediate
 	EventLog           = wire.EventLog

@@ -59,8 +59,10 @@ func TestAMinimalSandboxTakesEveryDefault(t *testing.T) {
 		Name:      "default",
 		BaseImage: DefaultBaseImage,
 		Env:       map[string]string{},
-		Resources: Resources{MemoryMB: 512, CPUs: 1, PIDs: 128, WorkspaceMB: 64, TmpMB: 64},
-		Pool:      PoolSettings{Size: 2, MaxOverflow: 4, MaxUses: 50, IdleTimeout: 10 * time.Minute, ReadyTimeout: 30 * time.Second},
+		// Resources and recycling left out stay zero: the pool's defaults apply
+		// (sandboxpool.Default*, their one definition).
+		Resources: Resources{},
+		Pool:      PoolSettings{Size: DefaultPoolSize, MaxOverflow: DefaultMaxOverflow},
 	}
 	if !reflect.DeepEqual(spec, want) {
 		t.Errorf("spec =\n%+v\nwant\n%+v", spec, want)

@@ -123,7 +123,7 @@ func handedOver(ctx context.Context) bool {
 // shutdown, and logs it: such a job goes back to the queue with its partial events
 // and no script_done. A script that finished as the grace ended keeps its result.
 func (w *Worker) handOver(ctx context.Context, ref execRef, res *harness.Result, err error, log *slog.Logger) bool {
-	if !handedOver(ctx) || (err == nil && res.ErrorKind != harness.KindCancelled) {
+	if !handedOver(ctx) || (err == nil && res.ErrorKind != wire.KindCancelled) {
 		return false
 	}
 	log.Warn("the shutdown grace ended a running job: it goes back to the queue for another worker", "execution_id", ref)

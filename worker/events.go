@@ -233,15 +233,15 @@ func (p *publisher) terminal(kind, msg string) error {
 func fromHarness(ev harness.Event) (*wire.Event, bool) {
 	out := &wire.Event{Type: ev.Type}
 	switch ev.Type {
-	case harness.EventIntermediate:
+	case wire.EventIntermediate:
 		out.Label, out.Data = ev.Label, rawOrNil(ev.Data)
-	case harness.EventFinalResult:
+	case wire.EventFinalResult:
 		out.Data = rawOrNil(ev.Data)
-	case harness.EventLog:
+	case wire.EventLog:
 		out.Level, out.Message = ev.Level, ev.Message
-	case harness.EventStdout, harness.EventStderr:
+	case wire.EventStdout, wire.EventStderr:
 		out.Text = ev.Text
-	case harness.EventError:
+	case wire.EventError:
 		out.Error, out.Traceback, out.Kind = ev.Error, ev.Traceback, ev.Kind
 	default:
 		return nil, false

@@ -246,7 +246,7 @@ func (w *Worker) run(ctx context.Context, lease *sandboxpool.Lease, job *wire.Jo
 		if !ok {
 			return nil
 		}
-		if ev.Type == wire.EventError && hev.Kind == harness.KindCancelled && handedOver(ctx) {
+		if ev.Type == wire.EventError && hev.Kind == wire.KindCancelled && handedOver(ctx) {
 			return nil // not cancelled: the job goes back to the queue (ended.go)
 		}
 		return p.publish(ev)
@@ -283,7 +283,7 @@ func (w *Worker) finish(ctx context.Context, p *publisher, res *harness.Result, 
 		log.Warn("publish events", "execution_id", p.ref, "err", err)
 		return outUnstored, truncateReason(err.Error())
 	}
-	if res.ErrorKind == harness.KindCancelled {
+	if res.ErrorKind == wire.KindCancelled {
 		return outCancelled, ""
 	}
 	return outRan, ""
