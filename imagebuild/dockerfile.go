@@ -13,7 +13,7 @@ const (
 	// SandboxUser is the unprivileged user (and group) scripts run as.
 	SandboxUser = "sandbox"
 	// SandboxUID is the uid and gid of SandboxUser.
-	SandboxUID = 10001
+	SandboxUID = harness.SandboxUID
 	// ToolsDir holds the tool files, root-owned and read-only.
 	ToolsDir = "/tools"
 	// WorkspaceDir is the scripts' working directory (a tmpfs at run time).
@@ -37,11 +37,11 @@ var Entrypoint = harness.Command("python3", HarnessDir)
 // Labels on every image (and, set by sandboxpool, every container) of a sandbox.
 const (
 	// LabelManaged is "true" on everything jazzmine creates.
-	LabelManaged = "jazzmine.managed"
+	LabelManaged = harness.LabelManaged
 	// LabelSandbox is the sandbox's name.
-	LabelSandbox = "jazzmine.sandbox"
+	LabelSandbox = harness.LabelSandbox
 	// LabelChecksum is the image checksum (see Checksum).
-	LabelChecksum = "jazzmine.checksum"
+	LabelChecksum = harness.LabelChecksum
 )
 
 // purged are the programs the image build removes from every directory on PATH

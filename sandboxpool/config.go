@@ -32,17 +32,17 @@ const (
 	DefaultTmpfsBytes     = 64 << 20
 	// SandboxUID is the uid and gid of the image's non-root user "sandbox" (imagebuild
 	// creates it with this id). The harness runs as it and owns /workspace and /tmp.
-	SandboxUID = 10001
+	SandboxUID = harness.SandboxUID
 	// EgressDir is where a sandbox's EgressVolume is mounted in its containers.
 	EgressDir = "/run/jazzmine/egress"
 )
 
 // Labels put on every container the pool creates.
 const (
-	LabelManaged  = "jazzmine.managed"
+	LabelManaged  = harness.LabelManaged
 	LabelWorker   = "jazzmine.worker"
-	LabelSandbox  = "jazzmine.sandbox"
-	LabelChecksum = "jazzmine.checksum"
+	LabelSandbox  = harness.LabelSandbox
+	LabelChecksum = harness.LabelChecksum
 )
 
 // Sentinel errors.
