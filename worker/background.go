@@ -53,17 +53,13 @@ func newBackground(log *slog.Logger) *background {
 	return b
 }
 
-// goBackground queues f as a background task of tenant: see background.run.
-func (w *Worker) goBackground(tenant string, m *nats.Msg, f func(ctx context.Context)) {
-	w.bg.run(tenant, m, f)
-}
-
-// run queues f, to run with a bounded context unless the worker shuts down first;
-// close waits for the tasks under way. It is called by the handler of the NATS
-// subscription that received m, and does not wait. A tenant's task beyond
-// backgroundQueue waiting is dropped (logged once until its queue drains): a flood
-// costs its sender, not the others. What the client itself drops beyond its limits
-// (a slow consumer) is logged, with the count, at the next task.
+// run queues f as a background task of tenant, to run with a bounded context unless
+// the worker shuts down first; close waits for the tasks under way. It is called by
+// the handler of the NATS subscription that received m, and does not wait. A
+// tenant's task beyond backgroundQueue waiting is dropped (logged once until its
+// queue drains): a flood costs its sender, not the others. What the client itself
+// drops beyond its limits (a slow consumer) is logged, with the count, at the next
+// task.
 func (b *background) run(tenant string, m *nats.Msg, f func(ctx context.Context)) {
 	b.mu.Lock()
 	if b.closed {

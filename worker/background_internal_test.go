@@ -12,10 +12,10 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-func newBackgroundWorker(t *testing.T) *Worker {
-	w := &Worker{bg: newBackground(slog.New(slog.NewTextHandler(io.Discard, nil)))}
-	t.Cleanup(w.bg.close)
-	return w
+func newTestBackground(t *testing.T) *background {
+	b := newBackground(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(b.close)
+	return b
 }
 
 // waitUntil polls cond until it holds, or fails the test after a minute.
@@ -32,12 +32,12 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 func TestBackgroundWorkRunsAtMostItsLimitAtOnceAndDropsNothingWithinItsQueue(t *testing.T) {
-	w := newBackgroundWorker(t)
+	b := newTestBackground(t)
 	const tasks = 3 * backgroundLimit
 	var running, most, ran atomic.Int64
 	release := make(chan struct{})
 	for range tasks { // one subscription's handler, one message after the other
-		w.goBackground("", &nats.Msg{Subject: "jazzmine.cancel.x"}, func(context.Context) {
+		b.run("", &nats.Msg{Subject: "jazzmine.cancel.x"}, func(context.Context) {
 			n := running.Add(1)
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 			}
@@ -58,7 +58,7 @@ func TestBackgroundWorkRunsAtMostItsLimitAtOnceAndDropsNothingWithinItsQueue(t *
 // and its queue, and sends more; tenant b's one task runs after at most one more of
 // a's, and a's excess beyond its queue is dropped.
 func TestAFloodingTenantLosesItsOwnExcessAndHoldsUpNoOther(t *testing.T) {
-	w := newBackgroundWorker(t)
+	b := newTestBackground(t)
 	tokens := make(chan struct{})
 	var aStarted, aRan atomic.Int64
 	var bRanAfter atomic.Int64
@@ -66,9 +66,9 @@ func TestAFloodingTenantLosesItsOwnExcessAndHoldsUpNoOther(t *testing.T) {
 	msg := &nats.Msg{Subject: "jazzmine.cancel.a.x"}
 	const sent = backgroundLimit + backgroundQueue + 50
 	for range sent {
-		w.goBackground("a", msg, func(context.Context) { aStarted.Add(1); <-tokens; aRan.Add(1) })
+		b.run("a", msg, func(context.Context) { aStarted.Add(1); <-tokens; aRan.Add(1) })
 	}
-	w.goBackground("b", &nats.Msg{Subject: "jazzmine.cancel.b.y"}, func(context.Context) { bRanAfter.Store(aRan.Load()) })
+	b.run("b", &nats.Msg{Subject: "jazzmine.cancel.b.y"}, func(context.Context) { bRanAfter.Store(aRan.Load()) })
 	for range 2 {
 		tokens <- struct{}{}
 	}
@@ -78,9 +78,9 @@ func TestAFloodingTenantLosesItsOwnExcessAndHoldsUpNoOther(t *testing.T) {
 	}
 	close(tokens) // every task of a's may end now
 	waitUntil(t, "a's queue to drain", func() bool {
-		w.bg.mu.Lock()
-		defer w.bg.mu.Unlock()
-		return len(w.bg.queues["a"]) == 0 && aRan.Load() == aStarted.Load()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.queues["a"]) == 0 && aRan.Load() == aStarted.Load()
 	})
 	// What ran: the queue's worth, and what the slots took while a sent.
 	if n := aRan.Load(); n < backgroundQueue || n > backgroundLimit+backgroundQueue {
@@ -89,21 +89,21 @@ func TestAFloodingTenantLosesItsOwnExcessAndHoldsUpNoOther(t *testing.T) {
 }
 
 func TestBackgroundWorkNotStartedAtShutdownIsDropped(t *testing.T) {
-	w := newBackgroundWorker(t)
+	b := newTestBackground(t)
 	hold := make(chan struct{})
 	var started atomic.Int64
 	for range backgroundLimit {
-		w.goBackground("", &nats.Msg{Subject: "jazzmine.cancel.x"}, func(context.Context) { started.Add(1); <-hold })
+		b.run("", &nats.Msg{Subject: "jazzmine.cancel.x"}, func(context.Context) { started.Add(1); <-hold })
 	}
 	waitUntil(t, "every slot to be busy", func() bool { return started.Load() == backgroundLimit })
 	var lateRan atomic.Bool
-	w.goBackground("", &nats.Msg{Subject: "jazzmine.cancel.y"}, func(context.Context) { lateRan.Store(true) })
+	b.run("", &nats.Msg{Subject: "jazzmine.cancel.y"}, func(context.Context) { lateRan.Store(true) })
 	closed := make(chan struct{})
-	go func() { w.bg.close(); close(closed) }()
-	waitUntil(t, "shutdown to begin", func() bool { w.bg.mu.Lock(); defer w.bg.mu.Unlock(); return w.bg.closed })
+	go func() { b.close(); close(closed) }()
+	waitUntil(t, "shutdown to begin", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.closed })
 	close(hold)
 	<-closed
-	w.goBackground("", &nats.Msg{Subject: "jazzmine.cancel.z"}, func(context.Context) { lateRan.Store(true) })
+	b.run("", &nats.Msg{Subject: "jazzmine.cancel.z"}, func(context.Context) { lateRan.Store(true) })
 	if lateRan.Load() {
 		t.Error("a task queued behind the busy slots ran after shutdown began")
 	}

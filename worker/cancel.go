@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,84 +36,72 @@ const (
 
 	subjectRunning = "jazzmine.internal.running."
 	groupCancel    = "jazzmine-cancel"
-	groupTriage    = "jazzmine-triage"
 
 	// askRunningTimeout is how long the coordinator waits for the worker running an
 	// execution to answer.
 	askRunningTimeout = 300 * time.Millisecond
 )
 
-func (w *Worker) subscribe() error {
-	nc := w.cfg.NATS
-	for _, s := range []struct {
-		subject, queue string
-		handler        nats.MsgHandler
-	}{
-		{cancelAll, groupCancel, w.coordinateCancel},
-		{subjectRunning + ">", "", w.answerRunning},
-		{execAll, groupTriage, w.triage},
-	} {
-		var sub *nats.Subscription
-		var err error
-		if s.queue != "" {
-			sub, err = nc.QueueSubscribe(s.subject, s.queue, s.handler)
-		} else {
-			sub, err = nc.Subscribe(s.subject, s.handler)
-		}
-		if err != nil {
-			return err
-		}
-		w.subs = append(w.subs, sub)
-	}
-	return nc.Flush()
+// canceller is this worker's part in the cancel protocol: the coordinator (steps 1
+// to 3, for the cancels the fleet's queue group gives it), the answer for the
+// executions running here, and the look-up of the worker that takes a job.
+type canceller struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	kv       jetstream.KeyValue // BucketCancels, set by ensureStreams
+	workerID string
+	log      *slog.Logger
+	events   *events     // the end of a queued job it cancels
+	running  *registry   // the executions it may find running here
+	bg       *background // where the coordination runs
 }
 
-// coordinateCancel is step 1 to 3 of the protocol, on one worker of the fleet.
-func (w *Worker) coordinateCancel(m *nats.Msg) {
+// coordinate is step 1 to 3 of the protocol, on one worker of the fleet.
+func (c *canceller) coordinate(m *nats.Msg) {
 	ref, err := parseCancelSubject(m.Subject)
 	if err != nil {
-		w.log.Warn("ignored a cancel", "subject", m.Subject, "err", err)
+		c.log.Warn("ignored a cancel", "subject", m.Subject, "err", err)
 		return
 	}
 	key := ref.key()
-	w.goBackground(ref.tenant, m, func(ctx context.Context) {
-		rev, err := w.cancels.Create(ctx, key, []byte(cancelPending))
+	c.bg.run(ref.tenant, m, func(ctx context.Context) {
+		rev, err := c.kv.Create(ctx, key, []byte(cancelPending))
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return // already being cancelled
 		}
 		if err != nil {
-			w.log.Warn("record a cancel", "execution_id", ref, "err", err)
+			c.log.Warn("record a cancel", "execution_id", ref, "err", err)
 			return
 		}
 		ask, stopAsk := context.WithTimeout(ctx, askRunningTimeout)
-		_, err = w.cfg.NATS.RequestWithContext(ask, subjectRunning+key, nil)
+		_, err = c.nc.RequestWithContext(ask, subjectRunning+key, nil)
 		stopAsk()
 		if err == nil {
 			return // the worker running it answered and publishes its end
 		}
-		queued, err := w.queued(ctx, ref)
+		queued, err := c.queued(ctx, ref)
 		if err != nil {
-			w.log.Warn("look for a cancelled job in the queue; taken as queued", "execution_id", ref, "err", err)
+			c.log.Warn("look for a cancelled job in the queue; taken as queued", "execution_id", ref, "err", err)
 		} else if !queued {
 			// No such job (not yet published, or long gone): the cancel is void, and a
 			// job published later under the id runs. A worker that took the job
 			// meanwhile changed the entry, and this delete fails.
-			if err := w.cancels.Delete(ctx, key, jetstream.LastRevision(rev)); err == nil {
-				w.log.Info("a cancel named no queued or running job: ignored", "execution_id", ref)
+			if err := c.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err == nil {
+				c.log.Info("a cancel named no queued or running job: ignored", "execution_id", ref)
 			}
 			return
 		}
-		if _, err := w.cancels.Update(ctx, key, []byte(cancelQueued), rev); err != nil {
+		if _, err := c.kv.Update(ctx, key, []byte(cancelQueued), rev); err != nil {
 			return // a worker took the job meanwhile and publishes its end
 		}
-		if _, err := w.eventsStream.GetLastMsgForSubject(ctx, wire.EventSubject(key, wire.EventScriptDone)); err == nil {
+		if ended, _ := c.events.ended(ctx, key); ended {
 			return // it had finished: nothing to cancel
 		}
-		p := w.newPublisher(ref, 0, wire.ContentTypeMsgpack, nil)
+		p := c.events.publisher(ref, 0, wire.ContentTypeMsgpack, nil)
 		if err := p.terminal(wire.KindCancelled, "Execution cancelled before it ran"); err != nil {
-			w.log.Warn("publish the end of a cancelled queued job", "execution_id", ref, "err", err)
+			c.log.Warn("publish the end of a cancelled queued job", "execution_id", ref, "err", err)
 		}
-		w.log.Info("cancelled a queued job", "execution_id", ref)
+		c.log.Info("cancelled a queued job", "execution_id", ref)
 	})
 }
 
@@ -125,8 +114,8 @@ const queuedScanMax = 10000
 // tenant's jobs one by one (a work queue takes no second consumer over them), from
 // the first to the last one published when it starts: a cancel is rare, and a tenant
 // pays only for its own backlog.
-func (w *Worker) queued(ctx context.Context, ref execRef) (bool, error) {
-	stream, err := w.js.Stream(ctx, wire.StreamExec)
+func (c *canceller) queued(ctx context.Context, ref execRef) (bool, error) {
+	stream, err := c.js.Stream(ctx, wire.StreamExec)
 	if err != nil {
 		return false, err
 	}
@@ -159,26 +148,20 @@ func (w *Worker) queued(ctx context.Context, ref execRef) (bool, error) {
 }
 
 // answerRunning cancels the execution if it runs here, and says so.
-func (w *Worker) answerRunning(m *nats.Msg) {
-	id := m.Subject[len(subjectRunning):]
-	w.mu.Lock()
-	ex := w.running[id]
-	if ex != nil {
-		ex.claimed = true
-	}
-	w.mu.Unlock()
+func (c *canceller) answerRunning(m *nats.Msg) {
+	ex := c.running.claim(m.Subject[len(subjectRunning):])
 	if ex == nil {
 		return
 	}
 	ex.cancel(errCancelRequested)
-	_ = m.Respond([]byte(w.cfg.WorkerID))
+	_ = m.Respond([]byte(c.workerID))
 }
 
 // cancelledWhileQueued is the taking worker's side of the protocol. It returns true
 // when the job's end was already published and the job is to be acked silently; when
 // the job is to be cancelled and ended here, it cancels ex and returns false.
-func (w *Worker) cancelledWhileQueued(ctx context.Context, id string, ex *execution) (bool, error) {
-	entry, err := w.cancels.Get(ctx, id)
+func (c *canceller) cancelledWhileQueued(ctx context.Context, id string, ex *execution) (bool, error) {
+	entry, err := c.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
 	}
@@ -188,14 +171,12 @@ func (w *Worker) cancelledWhileQueued(ctx context.Context, id string, ex *execut
 		}
 		return false, err
 	}
-	w.mu.Lock()
-	claimed := ex.claimed
-	w.mu.Unlock()
+	claimed := c.running.claimed(ex)
 	switch string(entry.Value()) {
 	case cancelQueued:
 		return !claimed, nil
 	case cancelPending:
-		if _, err := w.cancels.Update(ctx, id, []byte(cancelRunning), entry.Revision()); err != nil && !claimed {
+		if _, err := c.kv.Update(ctx, id, []byte(cancelRunning), entry.Revision()); err != nil && !claimed {
 			return true, nil // the coordinator published the end
 		}
 	}

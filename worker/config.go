@@ -11,6 +11,7 @@ import (
 	"github.com/jazzmine/worker/harness"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -219,4 +220,9 @@ func NewWorkerID() string {
 		return '-'
 	}, host)
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), nuidSuffix())
+}
+
+func nuidSuffix() string {
+	id := nuid.Next()
+	return id[len(id)-6:]
 }

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jazzmine/worker/harness"
 	"github.com/jazzmine/worker/wire"
 )
@@ -47,26 +45,26 @@ const (
 // endedBefore answers a delivery whose end is not a run of its own: one of a job that
 // an earlier attempt ended, or one past MaxDeliver. It returns ok false when the job
 // is to run. p is the delivery's publisher.
-func (w *Worker) endedBefore(p *publisher, attempt int, log *slog.Logger) (out outcome, reason string, ok bool) {
+func (pr *processor) endedBefore(p *publisher, attempt int, log *slog.Logger) (out outcome, reason string, ok bool) {
 	if attempt <= 1 {
 		return 0, "", false
 	}
-	ended, err := w.hasEnd(p.ref.key(), log)
+	ended, err := pr.hasEnd(p.ref.key(), log)
 	switch {
-	case err != nil && w.jobs.Err() != nil:
+	case err != nil && pr.jobs.Err() != nil:
 		return outHandedOver, "", true
 	case err != nil:
 		return outUnstored, truncateReason(err.Error()), true
 	case ended:
 		log.Info("a redelivered job had ended already: acked without running it again", "execution_id", p.ref)
 		return outEnded, "", true
-	case attempt <= w.cfg.MaxDeliver:
+	case attempt <= pr.cfg.MaxDeliver:
 		return 0, "", false
 	}
-	msg := fmt.Sprintf("gave up after %d deliveries: the workers that took the job stopped before finishing it", w.cfg.MaxDeliver)
+	msg := fmt.Sprintf("gave up after %d deliveries: the workers that took the job stopped before finishing it", pr.cfg.MaxDeliver)
 	if err := p.terminal(wire.KindInfrastructure, msg); err != nil {
 		log.Warn("the end of a job out of deliveries was not stored; its next delivery tries again",
-			"execution_id", p.ref, "in", w.nakDelay(attempt), "err", err)
+			"execution_id", p.ref, "in", pr.nakDelay(attempt), "err", err)
 		return outUnstored, truncateReason(err.Error()), true
 	}
 	log.Warn("gave up a job out of deliveries", "execution_id", p.ref, "deliveries", attempt-1)
@@ -77,16 +75,15 @@ func (w *Worker) endedBefore(p *publisher, attempt int, log *slog.Logger) (out o
 // While the stream cannot tell (its leader is being elected, the stream is gone for a
 // while), it asks again, a little later each time, until the stream answers, the
 // worker's jobs end at shutdown, or endLookupLimit.
-func (w *Worker) hasEnd(id string, log *slog.Logger) (bool, error) {
-	subject := wire.EventSubject(id, wire.EventScriptDone)
+func (pr *processor) hasEnd(id string, log *slog.Logger) (bool, error) {
 	deadline := time.Now().Add(endLookupLimit)
 	delay := storeMinDelay
 	for {
-		ctx, cancel := w.publishContext()
-		_, err := w.eventsStream.GetLastMsgForSubject(ctx, subject)
+		ctx, cancel := publishContext()
+		ended, err := pr.events.ended(ctx, id)
 		cancel()
-		if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) {
-			return err == nil, nil
+		if err == nil {
+			return ended, nil
 		}
 		err = fmt.Errorf("look up the script_done of %s: %w", id, err)
 		if time.Now().Add(delay).After(deadline) {
@@ -95,7 +92,7 @@ func (w *Worker) hasEnd(id string, log *slog.Logger) (bool, error) {
 		log.Warn("the events stream cannot tell whether a redelivered job has ended; asking again", "execution_id", id, "in", delay, "err", err)
 		select {
 		case <-time.After(delay):
-		case <-w.jobs.Done():
+		case <-pr.jobs.Done():
 			return false, err
 		}
 		delay = min(2*delay, storeMaxDelay)
@@ -105,9 +102,9 @@ func (w *Worker) hasEnd(id string, log *slog.Logger) (bool, error) {
 // nakDelay is the delay before a nakked delivery of the given attempt comes again:
 // NakDelay up to the last delivery, then doubled for each delivery past it, at most
 // endMaxDelay.
-func (w *Worker) nakDelay(attempt int) time.Duration {
-	d := w.cfg.NakDelay
-	for n := w.cfg.MaxDeliver; n < attempt && d < endMaxDelay; n++ {
+func (pr *processor) nakDelay(attempt int) time.Duration {
+	d := pr.cfg.NakDelay
+	for n := pr.cfg.MaxDeliver; n < attempt && d < endMaxDelay; n++ {
 		d = min(2*d, endMaxDelay)
 	}
 	return d
@@ -122,7 +119,7 @@ func handedOver(ctx context.Context) bool {
 // handOver tells whether a run that returned res and err was cut by the worker's
 // shutdown, and logs it: such a job goes back to the queue with its partial events
 // and no script_done. A script that finished as the grace ended keeps its result.
-func (w *Worker) handOver(ctx context.Context, ref execRef, res *harness.Result, err error, log *slog.Logger) bool {
+func (pr *processor) handOver(ctx context.Context, ref execRef, res *harness.Result, err error, log *slog.Logger) bool {
 	if !handedOver(ctx) || (err == nil && res.ErrorKind != wire.KindCancelled) {
 		return false
 	}

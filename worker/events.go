@@ -18,6 +18,37 @@ import (
 	"github.com/jazzmine/worker/wire"
 )
 
+// events is the worker's side of the events stream: it makes the publisher of each
+// attempt, and tells whether an execution has its end.
+type events struct {
+	js       jetstream.JetStream
+	nc       *nats.Conn       // whose server's max payload bounds an event
+	stream   jetstream.Stream // StreamEvents, set by ensureStreams
+	workerID string
+}
+
+// publisher returns the publisher of one attempt of ref's execution, in encoding ct,
+// whose events carry metadata. Attempt 0 is no delivery's: the cancel of a queued job.
+func (e *events) publisher(ref execRef, attempt int, ct string, metadata map[string]string) *publisher {
+	return &publisher{js: e.js, workerID: e.workerID, ref: ref, attempt: attempt, ct: ct, metadata: metadata,
+		maxData: int(e.nc.MaxPayload()) - eventHeaderRoom}
+}
+
+// ended reports whether the stream holds a script_done of the execution with key. An
+// error is the stream's, other than its having none.
+func (e *events) ended(ctx context.Context, key string) (bool, error) {
+	_, err := e.stream.GetLastMsgForSubject(ctx, wire.EventSubject(key, wire.EventScriptDone))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// publishContext bounds the wait for the acks of an execution's events.
+func publishContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), DefaultEventPublishLimit)
+}
+
 // publisher publishes the events of one attempt of one execution, numbered from 1, in
 // the job's encoding, without waiting for each ack; wait collects the acks.
 type publisher struct {
@@ -47,11 +78,6 @@ type publisher struct {
 // eventHeaderRoom is what an event's headers (message id, content type, trace
 // context) may take of the server's max payload.
 const eventHeaderRoom = 4 << 10
-
-func (w *Worker) newPublisher(ref execRef, attempt int, ct string, metadata map[string]string) *publisher {
-	return &publisher{js: w.js, workerID: w.cfg.WorkerID, ref: ref, attempt: attempt, ct: ct, metadata: metadata,
-		maxData: int(w.cfg.NATS.MaxPayload()) - eventHeaderRoom}
-}
 
 // publish sends ev after filling the fields every event carries. An event whose
 // payload cannot be encoded (a number JSON cannot carry, say) is replaced by an error
@@ -98,7 +124,7 @@ func (p *publisher) publish(ev *wire.Event) error {
 
 // send publishes the held events, in order, until one fails. A failure that passes by
 // itself (Transient) keeps the rest held, for the next event or
-// storeEvents to send: the script is not run again for it. Any other is returned.
+// store to send: the script is not run again for it. Any other is returned.
 func (p *publisher) send() error {
 	for len(p.held) > 0 {
 		f, err := p.js.PublishMsgAsync(p.held[0])
@@ -223,7 +249,7 @@ func endExists(err error) bool {
 func (p *publisher) terminal(kind, msg string) error {
 	_ = p.publish(&wire.Event{Type: wire.EventError, Kind: kind, Error: msg})
 	_ = p.publish(&wire.Event{Type: wire.EventScriptDone, Success: false, Error: msg})
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultEventPublishLimit)
+	ctx, cancel := publishContext()
 	defer cancel()
 	return p.wait(ctx)
 }
@@ -274,19 +300,19 @@ const (
 	storeMaxDelay = 5 * time.Second
 )
 
-// storeEvents waits until the events stream has stored every event p published.
-// While the stream cannot store them for now (the server that led it was lost and a
-// new leader is being elected, or the worker's connection is failing over), it sends
-// the same messages again, whose Nats-Msg-Id makes the stream keep each one once, and
+// store waits until the events stream has stored every event p published. While
+// the stream cannot store them for now (the server that led it was lost and a new
+// leader is being elected, or the worker's connection is failing over), it sends the
+// same messages again, whose Nats-Msg-Id makes the stream keep each one once, and
 // waits again, a little longer each time, until they are stored, a failure that is
-// not of that kind, or the end of the worker's grace period at shutdown. Meanwhile
-// the job's heartbeat keeps it this worker's. Without this, a failover of a few
+// not of that kind, or stop closes (the end of the worker's grace period at
+// shutdown). Meanwhile the job's heartbeat keeps it this worker's. Without this, a failover of a few
 // seconds used up every delivery of the jobs it caught (each ran again, and failed
 // to store its events again) and left them without any event.
-func (w *Worker) storeEvents(p *publisher, log *slog.Logger) error {
+func (p *publisher) store(stop <-chan struct{}, log *slog.Logger) error {
 	delay := storeMinDelay
 	for {
-		ctx, cancel := w.publishContext()
+		ctx, cancel := publishContext()
 		err := p.wait(ctx)
 		cancel()
 		if err == nil || p.unsent || !Transient(err) {
@@ -295,11 +321,11 @@ func (w *Worker) storeEvents(p *publisher, log *slog.Logger) error {
 		log.Warn("events not stored yet; sending them again", "execution_id", p.ref, "events", len(p.pending), "in", delay, "err", err)
 		select {
 		case <-time.After(delay):
-		case <-w.jobs.Done():
+		case <-stop:
 			return err
 		}
 		delay = min(2*delay, storeMaxDelay)
-		ctx, cancel = w.publishContext()
+		ctx, cancel = publishContext()
 		p.republish(ctx)
 		cancel()
 	}

@@ -75,13 +75,12 @@ func stored(t *testing.T, stream jetstream.Stream) []*wire.Event {
 // (which would run the script again) nor loses or reorders an event.
 func TestASendRefusedForNowIsSentLaterNotRunAgain(t *testing.T) {
 	p, stream := eventsStream(t, 3, 1<<20)
-	w := &Worker{jobs: t.Context()}
 	for _, ev := range []*wire.Event{{Type: wire.EventStarted}, {Type: wire.EventStdout, Text: "hi"}, {Type: wire.EventScriptDone, Success: true}} {
 		if err := p.publish(ev); err != nil {
 			t.Fatalf("publish %s: %v", ev.Type, err)
 		}
 	}
-	if err := w.storeEvents(p, slog.Default()); err != nil {
+	if err := p.store(t.Context().Done(), slog.Default()); err != nil {
 		t.Fatalf("store: %v", err)
 	}
 	var got []string
@@ -109,8 +108,7 @@ func TestAnEventTooLargeForTheServerIsCutAndSaysSo(t *testing.T) {
 			t.Fatalf("publish %s: %v", ev.Type, err)
 		}
 	}
-	w := &Worker{jobs: t.Context()}
-	if err := w.storeEvents(p, slog.Default()); err != nil {
+	if err := p.store(t.Context().Done(), slog.Default()); err != nil {
 		t.Fatalf("store: %v", err)
 	}
 	evs := stored(t, stream)
@@ -137,12 +135,11 @@ func TestAnEventTooLargeForTheServerIsCutAndSaysSo(t *testing.T) {
 func TestTheStreamKeepsAnExecutionToOneEnd(t *testing.T) {
 	first, stream := eventsStream(t, 0, 1<<20)
 	second := &publisher{js: first.js, ref: execRef{id: "x"}, attempt: 2, ct: wire.ContentTypeJSON, maxData: 1 << 20}
-	w := &Worker{jobs: t.Context()}
 	for _, p := range []*publisher{first, second} {
 		if err := p.publish(&wire.Event{Type: wire.EventScriptDone, Success: true}); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.storeEvents(p, slog.Default()); err != nil {
+		if err := p.store(t.Context().Done(), slog.Default()); err != nil {
 			t.Fatalf("attempt %d: %v", p.attempt, err)
 		}
 	}
@@ -150,7 +147,7 @@ func TestTheStreamKeepsAnExecutionToOneEnd(t *testing.T) {
 	if err := first.publish(&wire.Event{Type: wire.EventScriptDone, Success: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.storeEvents(first, slog.Default()); err != nil {
+	if err := first.store(t.Context().Done(), slog.Default()); err != nil {
 		t.Fatalf("sent again: %v", err)
 	}
 	evs := stored(t, stream)

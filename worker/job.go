@@ -18,19 +18,49 @@ import (
 	"github.com/jazzmine/worker/wire"
 )
 
+// processor runs the deliveries the producer hands it: each decoded, run in a
+// container of the pool, its events published and stored, and its message acked,
+// nakked or terminated. It registers the jobs it runs (registry) and honours the
+// cancels that came while they were queued (canceller).
+type processor struct {
+	cfg     *Config
+	log     *slog.Logger
+	tel     *telemetry
+	events  *events
+	cancels *canceller
+	running *registry
+
+	jobs     context.Context // parent of every job it runs; ended by stop
+	stopJobs context.CancelFunc
+}
+
+func newProcessor(cfg *Config, tel *telemetry, ev *events, cancels *canceller, running *registry) *processor {
+	pr := &processor{cfg: cfg, log: cfg.Logger, tel: tel, events: ev, cancels: cancels, running: running}
+	pr.jobs, pr.stopJobs = context.WithCancel(context.Background())
+	return pr
+}
+
+// stop hands the running jobs back to the queue: it cancels them (errShuttingDown)
+// and ends the jobs context, which also ends what a job waits for after its run. It
+// is safe to call more than once.
+func (pr *processor) stop() {
+	pr.running.cancelAll(errShuttingDown)
+	pr.stopJobs()
+}
+
 // handle runs one delivery of a job to its end: events published and acknowledged by
 // the events stream, then the job acked, nakked or terminated.
-func (w *Worker) handle(sandbox string, msg jetstream.Msg) {
+func (pr *processor) handle(sandbox string, msg jetstream.Msg) {
 	attempt := 1
 	if meta, err := msg.Metadata(); err == nil {
 		attempt = int(meta.NumDelivered)
 	}
-	last := attempt >= w.cfg.MaxDeliver
+	last := attempt >= pr.cfg.MaxDeliver
 	sbAttr := attribute.String("sandbox", sandbox)
 
 	// The process span continues the agent's trace carried in the job's headers.
-	ctx := w.tel.prop.Extract(context.Background(), wire.HeaderCarrier(msg.Headers()))
-	ctx, span := w.tel.tracer.Start(ctx, msg.Subject()+" process",
+	ctx := pr.tel.prop.Extract(context.Background(), wire.HeaderCarrier(msg.Headers()))
+	ctx, span := pr.tel.tracer.Start(ctx, msg.Subject()+" process",
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
 			attribute.String("messaging.system", "nats"),
@@ -42,25 +72,25 @@ func (w *Worker) handle(sandbox string, msg jetstream.Msg) {
 			attribute.Int("jazzmine.attempt", attempt),
 		))
 	defer span.End()
-	log := w.log.With("sandbox", sandbox, "attempt", attempt)
+	log := pr.log.With("sandbox", sandbox, "attempt", attempt)
 	if sc := span.SpanContext(); sc.IsValid() {
 		log = log.With("trace_id", sc.TraceID().String(), "span_id", sc.SpanID().String())
 	}
 	if attempt > 1 {
-		w.tel.redeliveries.Add(ctx, 1, metric.WithAttributes(sbAttr))
+		pr.tel.redeliveries.Add(ctx, 1, metric.WithAttributes(sbAttr))
 	}
 
 	// Keep the job ours while it waits for a container and runs.
-	stopBeat := w.heartbeat(msg)
-	out, reason := w.process(ctx, sandbox, msg, attempt, last, log)
+	stopBeat := pr.heartbeat(msg)
+	out, reason := pr.process(ctx, sandbox, msg, attempt, last, log)
 	stopBeat()
 
-	act, delay := decide(out, last, w.nakDelay(attempt))
+	act, delay := decide(out, last, pr.nakDelay(attempt))
 	span.SetAttributes(attribute.String("jazzmine.outcome", out.String()), attribute.String("jazzmine.action", act.String()))
 	if out == outInfrastructure || out == outInvalid || out == outUnstored {
 		span.SetStatus(codes.Error, reason)
 	}
-	w.tel.jobs.Add(ctx, 1, metric.WithAttributes(sbAttr, attribute.String("outcome", out.String()), attribute.String("action", act.String())))
+	pr.tel.jobs.Add(ctx, 1, metric.WithAttributes(sbAttr, attribute.String("outcome", out.String()), attribute.String("action", act.String())))
 	var err error
 	switch act {
 	case actAck:
@@ -79,12 +109,12 @@ func (w *Worker) handle(sandbox string, msg jetstream.Msg) {
 }
 
 // heartbeat tells the server the job is in progress every Heartbeat until stopped.
-func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
+func (pr *processor) heartbeat(msg jetstream.Msg) (stop func()) {
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		t := time.NewTicker(w.cfg.Heartbeat)
+		t := time.NewTicker(pr.cfg.Heartbeat)
 		defer t.Stop()
 		for {
 			select {
@@ -101,44 +131,44 @@ func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 // process decodes, validates and runs the job. It returns the outcome and, for a
 // terminated job, the reason. Its steps: decode, then (unless an earlier attempt or
 // a cancel ended the job) checkout, run and finish.
-func (w *Worker) process(traced context.Context, sandbox string, msg jetstream.Msg, attempt int, last bool, log *slog.Logger) (outcome, string) {
-	job, ref, ct, err := decode(sandbox, msg, w.cfg.MaxScriptBytes)
+func (pr *processor) process(traced context.Context, sandbox string, msg jetstream.Msg, attempt int, last bool, log *slog.Logger) (outcome, string) {
+	job, ref, ct, err := decode(sandbox, msg, pr.cfg.MaxScriptBytes)
 	if err != nil {
-		return w.invalid(traced, job, ref, ct, attempt, err, log)
+		return pr.invalid(traced, job, ref, ct, attempt, err, log)
 	}
 
 	// Register first, then look for a cancel that came while the job was queued: a
 	// cancel arriving in between finds the job registered (see cancel.go).
-	ctx, cancel := context.WithCancelCause(w.jobs)
+	ctx, cancel := context.WithCancelCause(pr.jobs)
 	defer cancel(nil)
 	ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(traced)) // cancelled with the worker, traced with the job
 	ex := &execution{cancel: cancel}
-	if !w.register(ref.key(), ex) {
+	if !pr.running.register(ref.key(), ex) {
 		// A redelivery of a job still running here: the running one answers for it.
 		return outDuplicate, ""
 	}
-	defer w.unregister(ref.key(), ex)
-	p := w.newPublisher(ref, attempt, ct, job.Metadata)
-	p.traceFrom(ctx, w.tel.prop)
-	if out, reason, ok := w.endedBefore(p, attempt, log); ok {
+	defer pr.running.unregister(ref.key(), ex)
+	p := pr.events.publisher(ref, attempt, ct, job.Metadata)
+	p.traceFrom(ctx, pr.tel.prop)
+	if out, reason, ok := pr.endedBefore(p, attempt, log); ok {
 		return out, reason // ended by an earlier attempt, or delivered past the last (ended.go)
 	}
-	if handled, err := w.cancelledWhileQueued(ctx, ref.key(), ex); err != nil {
+	if handled, err := pr.cancels.cancelledWhileQueued(ctx, ref.key(), ex); err != nil {
 		log.Warn("look up cancels", "execution_id", ref, "err", err)
 	} else if handled {
 		return outCancelled, ""
 	}
 
-	lease, err := w.checkout(ctx, sandbox)
+	lease, err := pr.checkout(ctx, sandbox)
 	if err != nil {
-		return w.noContainer(ctx, p, sandbox, attempt, last, err, log)
+		return pr.noContainer(ctx, p, sandbox, attempt, last, err, log)
 	}
 	defer lease.Release()
-	res, err := w.run(ctx, lease, job, p, sandbox)
-	if w.handOver(ctx, ref, res, err, log) {
+	res, err := pr.run(ctx, lease, job, p, sandbox)
+	if pr.handOver(ctx, ref, res, err, log) {
 		return outHandedOver, ""
 	}
-	return w.finish(ctx, p, res, err, log)
+	return pr.finish(ctx, p, res, err, log)
 }
 
 // decode reads a job message: its tenant (from the subject), encoding and body,
@@ -168,15 +198,15 @@ func decode(sandbox string, msg jetstream.Msg, maxScript int) (job *wire.Job, re
 
 // invalid answers a job that decode refused: an invalid_job error and script_done
 // under the id it owns, if any, and the job terminated with the reason.
-func (w *Worker) invalid(traced context.Context, job *wire.Job, ref execRef, ct string, attempt int, err error, log *slog.Logger) (outcome, string) {
+func (pr *processor) invalid(traced context.Context, job *wire.Job, ref execRef, ct string, attempt int, err error, log *slog.Logger) (outcome, string) {
 	log.Warn("invalid job", "execution_id", ref, "err", err)
 	if ref.id != "" {
 		var meta map[string]string
 		if job != nil && wire.ValidateID("execution id", job.ExecutionID) == nil {
 			meta = job.Metadata
 		}
-		p := w.newPublisher(ref, attempt, ct, meta)
-		p.traceFrom(traced, w.tel.prop)
+		p := pr.events.publisher(ref, attempt, ct, meta)
+		p.traceFrom(traced, pr.tel.prop)
 		if perr := p.terminal(wire.KindInvalidJob, err.Error()); perr != nil {
 			log.Warn("publish the invalid job's error", "execution_id", ref, "err", perr)
 		}
@@ -185,12 +215,12 @@ func (w *Worker) invalid(traced context.Context, job *wire.Job, ref execRef, ct 
 }
 
 // checkout waits for a container of the sandbox, traced and measured.
-func (w *Worker) checkout(ctx context.Context, sandbox string) (*sandboxpool.Lease, error) {
-	cctx, cspan := w.tel.tracer.Start(ctx, "checkout", trace.WithAttributes(attribute.String("jazzmine.sandbox", sandbox)))
+func (pr *processor) checkout(ctx context.Context, sandbox string) (*sandboxpool.Lease, error) {
+	cctx, cspan := pr.tel.tracer.Start(ctx, "checkout", trace.WithAttributes(attribute.String("jazzmine.sandbox", sandbox)))
 	defer cspan.End()
 	waitStart := time.Now()
-	lease, err := w.cfg.Pool.Checkout(cctx, sandbox)
-	w.tel.checkoutWait.Record(ctx, seconds(time.Since(waitStart)), metric.WithAttributes(attribute.String("sandbox", sandbox)))
+	lease, err := pr.cfg.Pool.Checkout(cctx, sandbox)
+	pr.tel.checkoutWait.Record(ctx, seconds(time.Since(waitStart)), metric.WithAttributes(attribute.String("sandbox", sandbox)))
 	if err != nil {
 		cspan.SetStatus(codes.Error, err.Error())
 		return nil, err
@@ -202,9 +232,9 @@ func (w *Worker) checkout(ctx context.Context, sandbox string) (*sandboxpool.Lea
 // noContainer answers a job that got no container: cancelled (or handed over) if
 // its context ended, else an infrastructure failure, retried until the last
 // delivery, which publishes the job's end.
-func (w *Worker) noContainer(ctx context.Context, p *publisher, sandbox string, attempt int, last bool, err error, log *slog.Logger) (outcome, string) {
+func (pr *processor) noContainer(ctx context.Context, p *publisher, sandbox string, attempt int, last bool, err error, log *slog.Logger) (outcome, string) {
 	if ctx.Err() != nil {
-		return w.endCancelled(ctx, p, log)
+		return pr.endCancelled(ctx, p, log)
 	}
 	msg := fmt.Sprintf("no container for sandbox %q: %v", sandbox, err)
 	log.Warn("checkout failed", "execution_id", p.ref, "last_delivery", last, "err", err)
@@ -218,7 +248,7 @@ func (w *Worker) noContainer(ctx context.Context, p *publisher, sandbox string, 
 }
 
 // run executes the job in the leased container, publishing its events as they come.
-func (w *Worker) run(ctx context.Context, lease *sandboxpool.Lease, job *wire.Job, p *publisher, sandbox string) (*harness.Result, error) {
+func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wire.Job, p *publisher, sandbox string) (*harness.Result, error) {
 	_ = p.publish(&wire.Event{Type: wire.EventStarted, Sandbox: sandbox, ContainerID: lease.ContainerID()})
 	req := harness.Request{
 		ExecutionID:     job.ExecutionID,
@@ -229,17 +259,17 @@ func (w *Worker) run(ctx context.Context, lease *sandboxpool.Lease, job *wire.Jo
 		RequiredSecrets: job.RequiredSecrets,
 	}
 	if req.Timeout <= 0 {
-		req.Timeout = w.cfg.DefaultTimeout
+		req.Timeout = pr.cfg.DefaultTimeout
 	}
 	if req.MaxOutputBytes <= 0 {
-		req.MaxOutputBytes = w.cfg.DefaultMaxOutputBytes
+		req.MaxOutputBytes = pr.cfg.DefaultMaxOutputBytes
 	}
-	ectx, espan := w.tel.tracer.Start(ctx, "execute", trace.WithAttributes(
+	ectx, espan := pr.tel.tracer.Start(ctx, "execute", trace.WithAttributes(
 		attribute.String("jazzmine.execution_id", job.ExecutionID), attribute.String("jazzmine.container_id", lease.ContainerID())))
 	defer espan.End()
 	// The script's process gets the execute span as TRACEPARENT, so a tool can go on.
 	tc := propagation.MapCarrier{}
-	w.tel.prop.Inject(ectx, tc)
+	pr.tel.prop.Inject(ectx, tc)
 	req.TraceParent, req.TraceState = tc["traceparent"], tc["tracestate"]
 	res, err := lease.Run(ectx, req, func(_ context.Context, hev harness.Event) error {
 		ev, ok := fromHarness(hev)
@@ -257,21 +287,21 @@ func (w *Worker) run(ctx context.Context, lease *sandboxpool.Lease, job *wire.Jo
 			outcome = "success"
 		}
 		espan.SetAttributes(attribute.Bool("jazzmine.success", res.Success), attribute.String("jazzmine.outcome", outcome), attribute.Int64("jazzmine.output_bytes", res.OutputBytes))
-		w.tel.execDuration.Record(ctx, float64(res.DurationMS)/1000, metric.WithAttributes(attribute.String("sandbox", sandbox), attribute.String("outcome", outcome)))
-		w.tel.outputBytes.Record(ctx, res.OutputBytes, metric.WithAttributes(attribute.String("sandbox", sandbox)))
+		pr.tel.execDuration.Record(ctx, float64(res.DurationMS)/1000, metric.WithAttributes(attribute.String("sandbox", sandbox), attribute.String("outcome", outcome)))
+		pr.tel.outputBytes.Record(ctx, res.OutputBytes, metric.WithAttributes(attribute.String("sandbox", sandbox)))
 	}
 	return res, err
 }
 
 // finish publishes the run's script_done and waits until the stream holds every
 // event of the attempt.
-func (w *Worker) finish(ctx context.Context, p *publisher, res *harness.Result, err error, log *slog.Logger) (outcome, string) {
-	_, pspan := w.tel.tracer.Start(ctx, "publish events")
+func (pr *processor) finish(ctx context.Context, p *publisher, res *harness.Result, err error, log *slog.Logger) (outcome, string) {
+	_, pspan := pr.tel.tracer.Start(ctx, "publish events")
 	if err == nil {
 		err = p.publish(scriptDone(res))
 	}
 	if err == nil {
-		err = w.storeEvents(p, log)
+		err = p.store(pr.jobs.Done(), log)
 	}
 	pspan.SetAttributes(attribute.Int64("jazzmine.events", int64(p.seq)))
 	if err != nil {
@@ -291,7 +321,7 @@ func (w *Worker) finish(ctx context.Context, p *publisher, res *harness.Result, 
 
 // endCancelled publishes the end of a job cancelled before it got a container; one
 // that the worker's shutdown stopped goes back to the queue instead.
-func (w *Worker) endCancelled(ctx context.Context, p *publisher, log *slog.Logger) (outcome, string) {
+func (pr *processor) endCancelled(ctx context.Context, p *publisher, log *slog.Logger) (outcome, string) {
 	if handedOver(ctx) {
 		return outHandedOver, ""
 	}
@@ -337,22 +367,4 @@ func truncateReason(s string) string {
 		return s[:200]
 	}
 	return s
-}
-
-func (w *Worker) register(id string, ex *execution) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if _, ok := w.running[id]; ok {
-		return false
-	}
-	w.running[id] = ex
-	return true
-}
-
-func (w *Worker) unregister(id string, ex *execution) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.running[id] == ex {
-		delete(w.running, id)
-	}
 }

@@ -30,7 +30,7 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create or update stream %s: %w", wire.StreamExec, err)
 	}
-	w.eventsStream, err = w.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	w.events.stream, err = w.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        wire.StreamEvents,
 		Description: "jazzmine execution events, one subject per execution and type",
 		Subjects:    []string{wire.AllEventsWildcard},
@@ -56,7 +56,7 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		case BucketWorkers:
 			w.live.workers = kv
 		case BucketCancels:
-			w.cancels = kv
+			w.cancels.kv = kv
 		case BucketFleet:
 			w.live.fleet = kv
 		}
@@ -77,14 +77,14 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("create or update consumer for sandbox %q: %w", sb.Name, err)
 		}
-		w.consumers[sb.Name] = cons
+		w.producer.consumers[sb.Name] = cons
 	}
 	return nil
 }
 
 // consumerExists reports whether any worker of the fleet serves the sandbox.
-func (w *Worker) consumerExists(ctx context.Context, sandbox string) (bool, error) {
-	_, err := w.js.Consumer(ctx, wire.StreamExec, wire.ConsumerName(sandbox))
+func consumerExists(ctx context.Context, js jetstream.JetStream, sandbox string) (bool, error) {
+	_, err := js.Consumer(ctx, wire.StreamExec, wire.ConsumerName(sandbox))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return false, nil
 	}

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -12,37 +13,62 @@ import (
 	"github.com/jazzmine/worker/wire"
 )
 
+// groupTriage is the queue group of the fleet's triage: one worker sees each job.
+const groupTriage = "jazzmine-triage"
+
 // triage sees every job published (one worker of the fleet, queue group) and answers
 // those for a sandbox that no worker serves: the jobs stream captures
 // jazzmine.exec.>, but only sandboxes with a durable consumer are ever pulled. Such a
 // job gets an invalid_job error and a script_done, and its subject is purged so that
 // it does not sit in the backlog.
-func (w *Worker) triage(m *nats.Msg) {
+type triage struct {
+	js     jetstream.JetStream
+	log    *slog.Logger
+	served map[string]bool // the sandboxes this worker serves
+	names  string          // the same, sorted, for an error message
+	events *events         // the error of a job for an unknown sandbox
+	bg     *background     // where the look-ups and purges run
+}
+
+func newTriage(js jetstream.JetStream, sandboxes []Sandbox, ev *events, bg *background, log *slog.Logger) *triage {
+	t := &triage{js: js, log: log, served: map[string]bool{}, events: ev, bg: bg}
+	var names []string
+	for _, sb := range sandboxes {
+		t.served[sb.Name] = true
+		names = append(names, sb.Name)
+	}
+	slices.Sort(names)
+	t.names = strings.Join(names, ", ")
+	return t
+}
+
+// see answers the job m, if no worker serves its sandbox.
+func (t *triage) see(m *nats.Msg) {
 	tenant, sandbox, err := parseExecSubject(m.Subject)
 	if err != nil {
 		// A subject no consumer can ever match (a literal wildcard, a character no
 		// sandbox name has): nothing would take it, and it would hold backlog room
 		// for good.
-		w.goBackground(tenantToken(m.Subject), m, w.purgeUnserved)
+		t.bg.run(tenantToken(m.Subject), m, t.purgeUnserved)
 		return
 	}
-	if _, ok := w.consumers[sandbox]; ok {
+	if t.served[sandbox] {
 		return // ours: the common case costs a map lookup
 	}
-	w.goBackground(tenant, m, func(ctx context.Context) {
-		if exists, err := w.consumerExists(ctx, sandbox); err != nil || exists {
+	t.bg.run(tenant, m, func(ctx context.Context) {
+		if exists, err := consumerExists(ctx, t.js, sandbox); err != nil || exists {
 			return
 		}
 		id, ct, meta := identify(m.Header, m.Data)
-		msg := fmt.Sprintf("unknown sandbox %q: no worker serves it (this worker serves %s)", sandbox, strings.Join(w.sandboxNames(), ", "))
-		w.log.Warn("job for an unknown sandbox", "sandbox", sandbox, "execution_id", id)
+		msg := fmt.Sprintf("unknown sandbox %q: no worker serves it (this worker serves %s)", sandbox, t.names)
+		t.log.Warn("job for an unknown sandbox", "sandbox", sandbox, "execution_id", id)
 		if id != "" {
-			p := w.newPublisher(execRef{tenant, id}, 1, ct, meta)
+			p := t.events.publisher(execRef{tenant, id}, 1, ct, meta)
 			if err := p.terminal(wire.KindInvalidJob, msg); err != nil {
-				w.log.Warn("publish the error of a job for an unknown sandbox", "execution_id", id, "err", err)
+				t.log.Warn("publish the error of a job for an unknown sandbox", "execution_id", id, "err", err)
 			}
 		}
-		w.purgeUnserved(ctx)
+		t.purgeUnserved(ctx)
 	})
 }
 
@@ -59,8 +85,8 @@ func tenantToken(subject string) string {
 
 // purgeUnserved removes the jobs of every subject that no consumer serves, or can:
 // one that is no job subject at all.
-func (w *Worker) purgeUnserved(ctx context.Context) {
-	stream, err := w.js.Stream(ctx, wire.StreamExec)
+func (t *triage) purgeUnserved(ctx context.Context) {
+	stream, err := t.js.Stream(ctx, wire.StreamExec)
 	if err != nil {
 		return
 	}
@@ -71,7 +97,7 @@ func (w *Worker) purgeUnserved(ctx context.Context) {
 	for subject := range info.State.Subjects {
 		_, sandbox, err := parseExecSubject(subject)
 		if err == nil {
-			exists, err := w.consumerExists(ctx, sandbox)
+			exists, err := consumerExists(ctx, t.js, sandbox)
 			if err != nil || exists {
 				continue
 			}
@@ -81,7 +107,7 @@ func (w *Worker) purgeUnserved(ctx context.Context) {
 			continue
 		}
 		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
-			w.log.Warn("purge jobs of an unknown sandbox", "subject", subject, "err", err)
+			t.log.Warn("purge jobs of an unknown sandbox", "subject", subject, "err", err)
 		}
 	}
 }
@@ -104,15 +130,6 @@ func deleteLiteral(ctx context.Context, stream jetstream.Stream, subject string)
 		}
 		seq = msg.Sequence + 1
 	}
-}
-
-func (w *Worker) sandboxNames() []string {
-	var names []string
-	for _, sb := range w.cfg.Sandboxes {
-		names = append(names, sb.Name)
-	}
-	slices.Sort(names)
-	return names
 }
 
 // identify reads what a job message says about itself for an error event: a usable

@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 )
 
 // ErrStopped is returned by Start after Shutdown.
@@ -18,43 +17,31 @@ var ErrStopped = errors.New("worker: stopped")
 
 // Worker pulls jobs from JetStream, runs them in the pool's containers and publishes
 // their events. For each sandbox it runs one pull loop per container slot; a loop asks
-// for exactly one job, and only while its slot is free.
+// for exactly one job, and only while its slot is free. It is the assembly of its
+// parts, each a type and a file: the producer (pull loops), the processor (a
+// delivery to its end), the canceller (the cancel protocol), triage (jobs no worker
+// serves), liveness, and the background work of cancels and triage.
 type Worker struct {
 	cfg Config
 	log *slog.Logger
 	js  jetstream.JetStream
 	tel *telemetry
 
-	consumers    map[string]jetstream.Consumer // by sandbox, set by Start
-	eventsStream jetstream.Stream              // StreamEvents, set by Start
-	cancels      jetstream.KeyValue            // BucketCancels
-	live         *liveness                     // BucketWorkers and BucketFleet (liveness.go)
+	events   *events     // StreamEvents: publishers and ends (events.go)
+	producer *producer   // the pull loops (producer.go)
+	proc     *processor  // one delivery to its end (job.go, ended.go)
+	cancels  *canceller  // BucketCancels and the cancel protocol (cancel.go)
+	triage   *triage     // jobs for sandboxes no worker serves (triage.go)
+	live     *liveness   // BucketWorkers and BucketFleet (liveness.go)
+	bg       *background // cancels' and triage's work (background.go)
 
-	mu      sync.Mutex // guards running and stopped
-	running map[string]*execution
+	mu      sync.Mutex // guards stopped
 	stopped bool
-
-	bg *background // cancels and triage (background.go)
 
 	pulling     context.Context // ends when the worker stops taking jobs
 	stopPulling context.CancelFunc
-	jobs        context.Context // parent of every running job; ended after the grace period
-	stopJobs    context.CancelFunc
-	loops       sync.WaitGroup // pull loops and the jobs they run
 	subs        []*nats.Subscription
 }
-
-// execution is a job running on this worker.
-type execution struct {
-	cancel  context.CancelCauseFunc
-	claimed bool // a cancel request reached it here; guarded by Worker.mu
-}
-
-// errCancelRequested and errShuttingDown are the causes of a running job's cancel.
-var (
-	errCancelRequested = errors.New("cancel requested")
-	errShuttingDown    = errors.New("worker shutting down")
-)
 
 // New validates cfg and returns a Worker; Start starts it.
 func New(cfg Config) (*Worker, error) {
@@ -72,18 +59,16 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: telemetry: %w", err)
 	}
-	w := &Worker{
-		tel:       tel,
-		cfg:       cfg,
-		log:       cfg.Logger,
-		js:        js,
-		consumers: map[string]jetstream.Consumer{},
-		running:   map[string]*execution{},
-		bg:        newBackground(cfg.Logger),
-		live:      &liveness{id: cfg.WorkerID, ttl: cfg.LivenessTTL, log: cfg.Logger},
-	}
+	w := &Worker{cfg: cfg, log: cfg.Logger, js: js, tel: tel}
+	running := newRegistry()
+	w.bg = newBackground(cfg.Logger)
+	w.events = &events{js: js, nc: cfg.NATS, workerID: cfg.WorkerID}
+	w.cancels = &canceller{nc: cfg.NATS, js: js, workerID: cfg.WorkerID, log: cfg.Logger, events: w.events, running: running, bg: w.bg}
+	w.proc = newProcessor(&w.cfg, tel, w.events, w.cancels, running)
+	w.producer = newProducer(cfg.Sandboxes, w.proc.handle, cfg.Logger)
+	w.triage = newTriage(js, cfg.Sandboxes, w.events, w.bg, cfg.Logger)
+	w.live = &liveness{id: cfg.WorkerID, ttl: cfg.LivenessTTL, log: cfg.Logger}
 	w.pulling, w.stopPulling = context.WithCancel(context.Background())
-	w.jobs, w.stopJobs = context.WithCancel(context.Background())
 	return w, nil
 }
 
@@ -111,41 +96,37 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.live.keep(w.pulling)
-	for _, sb := range w.cfg.Sandboxes {
-		for range sb.Slots {
-			w.loops.Add(1)
-			go w.pull(sb.Name, w.consumers[sb.Name])
-		}
-	}
+	w.producer.start(w.pulling)
 	w.log.Info("worker started", "sandboxes", len(w.cfg.Sandboxes))
 	return nil
 }
 
-// pull is one container slot of a sandbox: it asks for one job, runs it to the end,
-// then asks for the next, until the worker stops pulling.
-func (w *Worker) pull(sandbox string, cons jetstream.Consumer) {
-	defer w.loops.Done()
-	for w.pulling.Err() == nil {
-		batch, err := cons.Fetch(1, jetstream.FetchContext(w.pulling))
+// subscribe subscribes the cancel protocol and triage: the coordinator and triage in
+// the fleet's queue groups (one worker each message), the answer for running
+// executions on every worker.
+func (w *Worker) subscribe() error {
+	nc := w.cfg.NATS
+	for _, s := range []struct {
+		subject, queue string
+		handler        nats.MsgHandler
+	}{
+		{cancelAll, groupCancel, w.cancels.coordinate},
+		{subjectRunning + ">", "", w.cancels.answerRunning},
+		{execAll, groupTriage, w.triage.see},
+	} {
+		var sub *nats.Subscription
+		var err error
+		if s.queue != "" {
+			sub, err = nc.QueueSubscribe(s.subject, s.queue, s.handler)
+		} else {
+			sub, err = nc.Subscribe(s.subject, s.handler)
+		}
 		if err != nil {
-			if w.pulling.Err() != nil {
-				return
-			}
-			w.log.Warn("fetch a job", "sandbox", sandbox, "err", err)
-			select {
-			case <-time.After(time.Second):
-			case <-w.pulling.Done():
-				return
-			}
-			continue
+			return err
 		}
-		for msg := range batch.Messages() {
-			w.handle(sandbox, msg)
-		}
-		if err := batch.Error(); err != nil && w.pulling.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			w.log.Debug("fetch ended", "sandbox", sandbox, "err", err)
-		}
+		w.subs = append(w.subs, sub)
 	}
+	return nc.Flush()
 }
 
 // Shutdown stops taking jobs, lets running ones finish for the grace period, then
@@ -159,19 +140,16 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	w.stopped = true
 	w.mu.Unlock()
 	w.stopPulling()
-	finished := make(chan struct{})
-	go func() { w.loops.Wait(); close(finished) }()
+	finished := w.producer.done()
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
 	select {
 	case <-finished:
 	case <-timer.C:
 		w.log.Warn("grace period over: handing running jobs back to the queue", "grace", grace)
-		w.cancelRunning(errShuttingDown)
-		w.stopJobs()
+		w.proc.stop()
 	case <-ctx.Done():
-		w.cancelRunning(errShuttingDown)
-		w.stopJobs()
+		w.proc.stop()
 	}
 	var err error
 	select {
@@ -179,7 +157,7 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("worker: shutdown: %w", ctx.Err())
 	}
-	w.stopJobs()
+	w.proc.stop()
 	w.unsubscribe()
 	w.bg.close()
 	if w.tel.reg != nil {
@@ -189,27 +167,9 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	return err
 }
 
-func (w *Worker) cancelRunning(cause error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, e := range w.running {
-		e.cancel(cause)
-	}
-}
-
 func (w *Worker) unsubscribe() {
 	for _, s := range w.subs {
 		_ = s.Unsubscribe()
 	}
 	w.subs = nil
-}
-
-func nuidSuffix() string {
-	id := nuid.Next()
-	return id[len(id)-6:]
-}
-
-// publishContext bounds the wait for the acks of an execution's events.
-func (w *Worker) publishContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), DefaultEventPublishLimit)
 }
