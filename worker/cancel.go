@@ -16,10 +16,13 @@ import (
 // Cancel protocol. An agent publishes on jazzmine.cancel.<id>; one worker of the fleet
 // (queue group) coordinates, with the id's entry in BucketCancels as the arbiter:
 //
-//  1. It creates the entry as "pending" (a second cancel of the same id stops here).
+//  1. It creates the entry as "pending" (a second cancel of the same id stops here),
+//     and looks for the job in the jobs stream (queued or running, a work queue holds
+//     it until its ack): with none there the cancel is void, and the entry deleted.
 //  2. It asks the fleet, on jazzmine.internal.running.<id>, who runs the execution;
 //     the worker that does cancels it, answers, and publishes the cancelled events.
-//  3. Without an answer the job is queued (or finished): the coordinator swaps
+//  3. Without an answer the job is queued (or has just ended: void, as in 1): the
+//     coordinator swaps
 //     "pending" for "queued" and, unless the job already has a script_done,
 //     publishes the cancelled error and script_done itself, at once.
 //
@@ -73,23 +76,20 @@ func (c *canceller) coordinate(m *nats.Msg) {
 			c.log.Warn("record a cancel", "execution_id", ref, "err", err)
 			return
 		}
+		// A job queued or running is in the jobs stream (a work queue holds a job
+		// until its ack): without one there, the cancel is void at once, and costs
+		// no wait for an answer nobody would give.
+		if !c.inQueue(ctx, ref, rev) {
+			return
+		}
 		ask, stopAsk := context.WithTimeout(ctx, askRunningTimeout)
 		_, err = c.nc.RequestWithContext(ask, subjectRunning+key, nil)
 		stopAsk()
 		if err == nil {
 			return // the worker running it answered and publishes its end
 		}
-		queued, err := c.queued(ctx, ref)
-		if err != nil {
-			c.log.Warn("look for a cancelled job in the queue; taken as queued", "execution_id", ref, "err", err)
-		} else if !queued {
-			// No such job (not yet published, or long gone): the cancel is void, and a
-			// job published later under the id runs. A worker that took the job
-			// meanwhile changed the entry, and this delete fails.
-			if err := c.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err == nil {
-				c.log.Info("a cancel named no queued or running job: ignored", "execution_id", ref)
-			}
-			return
+		if !c.inQueue(ctx, ref, rev) {
+			return // it ended meanwhile
 		}
 		if _, err := c.kv.Update(ctx, key, []byte(cancelQueued), rev); err != nil {
 			return // a worker took the job meanwhile and publishes its end
@@ -103,6 +103,24 @@ func (c *canceller) coordinate(m *nats.Msg) {
 		}
 		c.log.Info("cancelled a queued job", "execution_id", ref)
 	})
+}
+
+// inQueue reports whether a job of ref is in the jobs stream (an error counts as
+// yes: the cancel stands). When there is none, the cancel is void: its entry, of
+// revision rev, is deleted (a worker that took the job meanwhile changed the entry,
+// and the delete fails), and a job published later under the id runs.
+func (c *canceller) inQueue(ctx context.Context, ref execRef, rev uint64) bool {
+	queued, err := c.queued(ctx, ref)
+	if err != nil {
+		c.log.Warn("look for a cancelled job in the queue; taken as queued", "execution_id", ref, "err", err)
+		return true
+	}
+	if !queued {
+		if err := c.kv.Delete(ctx, ref.key(), jetstream.LastRevision(rev)); err == nil {
+			c.log.Info("a cancel named no queued or running job: ignored", "execution_id", ref)
+		}
+	}
+	return queued
 }
 
 // queuedScanMax bounds how many of a tenant's queued jobs one cancel reads; past it
