@@ -1,3 +1,3 @@
-// Command worker is the one binary of jazzmine worker: serve, submit, proxy,
-// build and version subcommands.
+// Command worker is the one binary of jazzmine worker: serve, submit, build,
+// proxy, nats-auth, nkey and version subcommands.
 package main

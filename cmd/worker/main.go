@@ -60,6 +60,7 @@ Usage:
   worker build   [--config FILE]           build the sandbox images and exit
   worker proxy   [--config-json JSON]      run the egress proxy (config also from JAZZMINE_PROXY_CONFIG)
   worker nats-auth --worker KEY --tenant NAME=KEY...  print the NATS server's roles and tenants
+  worker nkey    [--out DIR] NAME...       make NATS user keys: DIR/NAME.seed and NAME.pub
   worker version                           print the version
 
 Run "worker COMMAND -h" for a command's flags.
@@ -90,6 +91,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return err
 	case "nats-auth":
 		return natsAuthConfig(args[1:], stdout, stderr)
+	case "nkey":
+		return nkeyCommand(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "jazzmine worker", version)
 		return nil
