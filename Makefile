@@ -88,7 +88,7 @@ worker-image: build ## Build jazzmine-worker:latest, FROM scratch around bin/wor
 	GO=$(GO) ./deploy/nats/images.sh worker
 
 .PHONY: compose-up
-compose-up: base-image nats-image worker-image ## Run deploy/nats/docker-compose.yml: a 3-node JetStream cluster and 2 workers in containers
+compose-up: base-image nats-image worker-image ## Run deploy/nats/docker-compose.yml: a 3-node JetStream cluster with roles and a tenant (keys in deploy/nats/run) and 2 workers in containers
 	./deploy/nats/compose.sh up
 
 .PHONY: compose-down

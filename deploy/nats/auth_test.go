@@ -263,15 +263,22 @@ func userKey(t *testing.T) (seed []byte, pub string) {
 	return seed, pub
 }
 
+// writeSeed writes seed to a file of its own, as `worker nkey` does, and returns its
+// path: what `worker serve --nkey` and nats.NkeyOptionFromSeed take.
+func writeSeed(t *testing.T, seed []byte) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "user.seed")
+	if err := os.WriteFile(file, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
 // connectAs connects to url with the nkey seed, as `worker serve --nkey` does: from a
 // seed file.
 func connectAs(t *testing.T, url string, seed []byte, onErr nats.ErrHandler) *nats.Conn {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), "user.nk")
-	if err := os.WriteFile(file, seed, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	nkey, err := nats.NkeyOptionFromSeed(file)
+	nkey, err := nats.NkeyOptionFromSeed(writeSeed(t, seed))
 	if err != nil {
 		t.Fatal(err)
 	}

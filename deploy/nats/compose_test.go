@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/client"
@@ -24,7 +26,10 @@ import (
 // builds, two workers in containers driving the host's Docker), runs a job through
 // it that reads and writes the data directory, checks that both workers joined and
 // that everything has three replicas, and brings it down: the workers remove their
-// sandboxes.
+// sandboxes. The nodes enforce auth.conf with the keys compose.sh made: a client
+// without them is refused, the job is submitted by an agent of the tenant agents
+// (agent.seed), and the fleet's streams and buckets are read as a worker
+// (worker.seed).
 func TestTheComposeFileRunsAClusterAndTwoWorkers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the compose test starts five containers; -short skips it")
@@ -60,9 +65,10 @@ func TestTheComposeFileRunsAClusterAndTwoWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	ports := freePorts(t, 3)
+	runDir := t.TempDir()
 	env := []string{
 		fmt.Sprintf("COMPOSE_PROJECT_NAME=jazzmine-test-%d", suffix),
-		"JAZZMINE_DATA_DIR=" + data, "JAZZMINE_RUN_DIR=" + t.TempDir(), "WORKER_IMAGE=" + workerImage, "WAIT_SECONDS=240",
+		"JAZZMINE_DATA_DIR=" + data, "JAZZMINE_RUN_DIR=" + runDir, "WORKER_IMAGE=" + workerImage, "WAIT_SECONDS=240",
 	}
 	var urls []string
 	for i, p := range ports {
@@ -82,15 +88,37 @@ func TestTheComposeFileRunsAClusterAndTwoWorkers(t *testing.T) {
 	})
 	up := exec.Command(filepath.Join(dir, "compose.sh"), "up")
 	up.Env = append(os.Environ(), env...)
-	if out, err := up.CombinedOutput(); err != nil {
+	var upOut, upLog strings.Builder
+	up.Stdout, up.Stderr = &upOut, &upLog
+	if err := up.Run(); err != nil {
 		logs := exec.Command(filepath.Join(dir, "compose.sh"), "logs", "--no-color", "--tail", "50")
 		logs.Env = up.Env
 		more, _ := logs.CombinedOutput()
-		t.Fatalf("compose.sh up: %v\n%s\n%s", err, out, more)
+		t.Fatalf("compose.sh up: %v\n%s%s\n%s", err, upLog.String(), upOut.String(), more)
 	}
 
-	nc := connect(t, strings.Join(urls, ","), "compose-test")
-	js, err := jetstream.New(nc)
+	// What compose.sh up prints an agent to run works: the worker binary, the
+	// cluster's URL and the agent's seed.
+	hint := strings.TrimSpace(upOut.String())
+	if !strings.Contains(hint, "./bin/worker submit --nkey "+filepath.Join(runDir, "agent.seed")) {
+		t.Fatalf("compose.sh up does not say how an agent submits with its seed: %q", hint)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer scancel()
+	submit := exec.CommandContext(sctx, "sh", "-c", strings.Replace(hint, "./bin/worker", testenv.WorkerBinary(t), 1))
+	if out, err := submit.CombinedOutput(); err != nil || !strings.Contains(string(out), "done: success") {
+		t.Errorf("%s: %v\n%s", hint, err, out)
+	}
+
+	natsURL := strings.Join(urls, ",")
+	if nc, err := nats.Connect(natsURL); !errors.Is(err, nats.ErrAuthorization) {
+		if err == nil {
+			nc.Close()
+		}
+		t.Errorf("connect without credentials: err = %v, want an authorization violation", err)
+	}
+	wnc := connect(t, natsURL, "compose-test-worker", filepath.Join(runDir, "worker.seed"))
+	js, err := jetstream.New(wnc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +133,8 @@ func TestTheComposeFileRunsAClusterAndTwoWorkers(t *testing.T) {
 	}
 	checkReplicas(t, js, 12)
 
-	c, err := client.New(client.Config{Conn: nc})
+	anc := connect(t, natsURL, "compose-test-agent", filepath.Join(runDir, "agent.seed"))
+	c, err := client.New(client.Config{Conn: anc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +149,15 @@ emit_result(text)`})
 	}
 	if out, err := os.ReadFile(filepath.Join(data, "output.txt")); err != nil || string(out) != "FOR THE FLEET" {
 		t.Errorf("output.txt on the host: %q, %v", out, err)
+	}
+	// The job went through the tenant's account: the fleet stored its result under
+	// the tenant's name.
+	events, err := js.Stream(ctx, wire.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.GetLastMsgForSubject(ctx, wire.EventSubject("agents."+res.ExecutionID, wire.EventScriptDone)); err != nil {
+		t.Errorf("the job's script_done in the fleet's events stream, under the tenant agents: %v", err)
 	}
 
 	run(env, "compose.sh", "down") // SIGTERM to the workers first, then the nodes

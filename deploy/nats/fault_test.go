@@ -50,13 +50,16 @@ const (
 // the test reports how many ran more than once (started in more than one attempt:
 // cut by the kill). The dead worker's containers must be reaped by the survivor, and
 // a container of a worker of another fleet on the same Docker host must be left alone.
+// The nodes enforce auth.conf: the workers connect as the fleet's workers, the agents
+// as the tenant agents (whose jobs and events cross from their account to the
+// fleet's and back), and the test reads the fleet's streams as a worker.
 func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault test runs 1,000 jobs; -short skips it")
 	}
 	began := time.Now()
 	img := testenv.SandboxImage(t) // built once, before two workers race to build it
-	servers := startCluster(t, 3)
+	servers, keys := startCluster(t, 3)
 	var urls []string
 	for _, s := range servers {
 		urls = append(urls, s.url)
@@ -72,18 +75,19 @@ func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		id := fmt.Sprintf("fault-%s-%d", name, suffix)
 		t.Cleanup(func() { testenv.RemoveContainersOf(t, id) }) // after the process is gone
-		workers = append(workers, start(t, id, 90*time.Second, []string{"NATS_URL=" + natsURL}, testenv.WorkerBinary(t),
+		workers = append(workers, start(t, id, 90*time.Second, []string{"NATS_URL=" + natsURL, "NATS_NKEY=" + keys.worker}, testenv.WorkerBinary(t),
 			"serve", "--config", config, "--worker-id", id, "--metrics-addr", "127.0.0.1:0"))
 	}
 	for _, w := range workers {
 		w.waitUntil(t, 3*time.Minute, w.name+" to serve", func() bool { return strings.Contains(w.log.String(), "msg=serving") })
 	}
-	observer := connect(t, natsURL, "observer")
+	observer := connect(t, natsURL, "observer", keys.worker)
 	js, err := jetstream.New(observer)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkReplicas(t, js, 8)
+	createTenantEvents(t, natsURL, keys.agent)
 
 	// A bound for a failed run only: alone on two cores the load takes under a minute.
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -97,7 +101,7 @@ func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 		agents.Add(1)
 		go func() {
 			defer agents.Done()
-			load.agent(ctx, natsURL, g, jobs[g*len(jobs)/faultAgents:(g+1)*len(jobs)/faultAgents])
+			load.agent(ctx, natsURL, keys.agent, g, jobs[g*len(jobs)/faultAgents:(g+1)*len(jobs)/faultAgents])
 		}()
 	}
 	go func() { agents.Wait(); close(agentsDone) }()
@@ -261,9 +265,15 @@ type faultLoad struct {
 }
 
 // agent runs its jobs, agentWindow at a time, over its own connection to the
-// cluster, as a separate agent process would.
-func (l *faultLoad) agent(ctx context.Context, natsURL string, g int, jobs []wire.Job) {
-	nc, err := nats.Connect(natsURL, nats.Name(fmt.Sprintf("agent-%d", g)), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+// cluster as an agent of the tenant agents (seed is its seed file), as a separate
+// agent process would.
+func (l *faultLoad) agent(ctx context.Context, natsURL, seed string, g int, jobs []wire.Job) {
+	nkey, err := nats.NkeyOptionFromSeed(seed)
+	if err != nil {
+		l.fail(fmt.Sprintf("agent %d: %v", g, err))
+		return
+	}
+	nc, err := nats.Connect(natsURL, nkey, nats.Name(fmt.Sprintf("agent-%d", g)), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
 		l.fail(fmt.Sprintf("agent %d: connect: %v", g, err))
 		return
@@ -444,15 +454,50 @@ func createForeignContainer(t *testing.T, image string) string {
 	return res.ID
 }
 
-// connect opens a connection to the cluster for the test itself.
-func connect(t *testing.T, natsURL, name string) *nats.Conn {
+// connect opens a connection to the cluster for the test itself, as the user of the
+// nkey seed file seed.
+func connect(t *testing.T, natsURL, name, seed string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(natsURL, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	nkey, err := nats.NkeyOptionFromSeed(seed)
 	if err != nil {
 		t.Fatal(err)
 	}
+	nc, err := nats.Connect(natsURL, nkey, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		t.Fatalf("connect as %s: %v", name, err)
+	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// createTenantEvents creates the events stream of the tenant agents, in its account,
+// as the agent of the seed file seed, with three replicas: what a deployment on a
+// cluster does before its agents' first submit, since the stream the first client
+// creates has one replica, and the node holding it may be the one that dies. It is
+// the client's stream otherwise (every event of the account, an hour of them).
+func createTenantEvents(t *testing.T, natsURL, seed string) {
+	t.Helper()
+	nc := connect(t, natsURL, "tenant-setup", seed)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stream jetstream.Stream
+	if !waitUntil(30*time.Second, func() bool { // JetStream may be electing the tenant's group
+		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: wire.StreamEvents, Subjects: []string{wire.AllEventsWildcard}, Retention: jetstream.LimitsPolicy,
+			MaxAge: time.Hour, Duplicates: 2 * time.Minute, Storage: jetstream.FileStorage, Replicas: 3,
+		})
+		return err == nil
+	}) {
+		t.Fatalf("create the tenant's events stream: %v", err)
+	}
+	if c := stream.CachedInfo().Cluster; c == nil || len(c.Replicas) != 2 {
+		t.Fatalf("the tenant's events stream: cluster %+v; want three replicas", c)
+	}
 }
 
 // checkReplicas asserts that the streams, the consumer and the buckets the workers
@@ -608,7 +653,12 @@ func backlog(js jetstream.JetStream) string {
 		stream.CachedInfo().State, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered, ci.AckFloor)
 }
 
-// readHistories reads every event in the events stream.
+// tenantEvents are the subjects of the tenant agents' events in the fleet's account:
+// jazzmine.events.agents.<execution id>.<type>.
+const tenantEvents = wire.SubjectPrefixEvents + ".agents.>"
+
+// readHistories reads every event of the tenant agents in the fleet's events stream,
+// what the workers stored, through js, a worker's connection.
 func readHistories(t *testing.T, js jetstream.JetStream) map[string]*history {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -617,8 +667,18 @@ func readHistories(t *testing.T, js jetstream.JetStream) map[string]*history {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := stream.CachedInfo().State.Msgs
-	cons, err := js.OrderedConsumer(ctx, wire.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AllEventsWildcard}})
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(tenantEvents))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total uint64
+	for _, n := range info.State.Subjects {
+		total += n
+	}
+	if total == 0 {
+		t.Fatalf("no event on %s in the fleet's events stream (%d events in all)", tenantEvents, info.State.Msgs)
+	}
+	cons, err := js.OrderedConsumer(ctx, wire.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{tenantEvents}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,14 +106,22 @@ type natsServer struct {
 	url string // client URL, on loopback
 }
 
+// clusterKeys are the seed files of the two users auth.conf knows, the workers and
+// the agents of the tenant agents, for a cluster whose nodes have their public keys.
+type clusterKeys struct{ worker, agent string }
+
 // startCluster runs n nats-server processes with deploy/nats/cluster.conf, the
 // configuration the compose file runs, on loopback ports given as flags (flags
-// override the file), each with its own store, and returns once every node accepts
-// clients. JetStream may still be electing its meta leader then.
-func startCluster(t *testing.T, n int) []*natsServer {
+// override the file), each with its own store and with new keys for the users of
+// the auth.conf it includes, and returns once every node accepts clients, with the
+// keys' seed files. JetStream may still be electing its meta leader then.
+func startCluster(t *testing.T, n int) ([]*natsServer, clusterKeys) {
 	t.Helper()
 	bin := testenv.StaticBinary(t, "github.com/nats-io/nats-server/v2")
 	conf := filepath.Join(testenv.RepoRoot(), "deploy", "nats", "cluster.conf")
+	workerSeed, workerPub := userKey(t)
+	agentSeed, agentPub := userKey(t)
+	keys := clusterKeys{worker: writeSeed(t, workerSeed), agent: writeSeed(t, agentSeed)}
 	ports := freePorts(t, 3*n) // client, cluster and monitoring port of each node
 	var routes []string
 	for i := range n {
@@ -122,7 +130,9 @@ func startCluster(t *testing.T, n int) []*natsServer {
 	var servers []*natsServer
 	for i := range n {
 		name := fmt.Sprintf("nats-%d", i+1)
-		p := start(t, name, 30*time.Second, []string{"NATS_SERVER_NAME=" + name, "NATS_STORE_DIR=" + t.TempDir()}, bin,
+		env := []string{"NATS_SERVER_NAME=" + name, "NATS_STORE_DIR=" + t.TempDir(),
+			"JAZZMINE_WORKER_NKEY=" + workerPub, "JAZZMINE_AGENT_NKEY=" + agentPub}
+		p := start(t, name, 30*time.Second, env, bin,
 			"--config", conf,
 			"--addr", "127.0.0.1", "--port", strconv.Itoa(ports[3*i]),
 			"--http_port", strconv.Itoa(ports[3*i+2]),
@@ -139,7 +149,7 @@ func startCluster(t *testing.T, n int) []*natsServer {
 			return err == nil
 		})
 	}
-	return servers
+	return servers, keys
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago.
