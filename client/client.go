@@ -218,6 +218,9 @@ const (
 	tenantEventsMaxAge = time.Hour
 	// tenantEventsDuplicates is that stream's duplicate window.
 	tenantEventsDuplicates = 2 * time.Minute
+	// tenantEventsReplicas is that stream's replicas on a cluster that has three
+	// servers or more; elsewhere it has one.
+	tenantEventsReplicas = 3
 	// ensureEventsTimeout bounds the look-up (and creation) of the stream.
 	ensureEventsTimeout = 5 * time.Second
 )
@@ -226,8 +229,8 @@ const (
 // has the events stream before its first job is published. The workers' own
 // account has it from them; a tenant's account (deploy/nats/auth.conf) receives
 // its executions' events from the fleet's account and keeps them in a stream of
-// its own, which the first client creates (with a one-hour MaxAge; create it
-// beforehand with the limits and replicas you want). An account without
+// its own, which the first client creates (a one-hour MaxAge, three replicas on
+// a cluster of three or more, else one; create it beforehand for other limits). An account without
 // JetStream, or a server that does not answer within ensureEventsTimeout, is
 // left as it is: a missing stream shows when it is read.
 func (c *Client) ensureEvents(ctx context.Context) error {
@@ -240,7 +243,7 @@ func (c *Client) ensureEvents(ctx context.Context) error {
 	defer cancel()
 	_, err := c.js.Stream(ctx, wire.StreamEvents)
 	if code, _ := apiErrorCode(err); code == codeStreamNotFound {
-		_, err = c.js.CreateStream(ctx, jetstream.StreamConfig{
+		cfg := jetstream.StreamConfig{
 			Name:        wire.StreamEvents,
 			Description: "jazzmine execution events of this account's executions",
 			Subjects:    []string{wire.AllEventsWildcard},
@@ -248,7 +251,14 @@ func (c *Client) ensureEvents(ctx context.Context) error {
 			MaxAge:      tenantEventsMaxAge,
 			Duplicates:  tenantEventsDuplicates,
 			Storage:     jetstream.FileStorage,
-		})
+			Replicas:    tenantEventsReplicas,
+		}
+		_, err = c.js.CreateStream(ctx, cfg)
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			// A single server, or a cluster too small: one replica.
+			cfg.Replicas = 1
+			_, err = c.js.CreateStream(ctx, cfg)
+		}
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			err = nil // another client, or a worker, was first
 		}
