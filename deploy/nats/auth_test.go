@@ -29,8 +29,8 @@ import (
 // job runs; then the agent plays a hostile client: forging an event, asking who runs
 // an execution, deleting a worker's liveness key, deleting the jobs stream, forging a
 // max-deliveries advisory, acking a job, taking jobs with a consumer of its own, and
-// making the server publish for it (a push consumer delivering to the workers'
-// liveness key, a request whose reply subject is the jobs stream's deletion). Each is
+// making the server publish for it (requests whose reply subjects are the subject
+// that cancels a running execution and the workers' liveness key). Each is
 // refused by the server or lands in the agent's own account, changes nothing of the
 // fleet's, and the fleet serves the next job.
 func TestAnAgentMaySubmitCancelAndReadButNothingElse(t *testing.T) {
@@ -172,26 +172,40 @@ func TestAnAgentMaySubmitCancelAndReadButNothingElse(t *testing.T) {
 	refused("ack a job", "$JS.ACK."+wire.StreamExec+"."+wire.ConsumerName("default")+".1.1.1.1700000000000000000.0", nil)
 	refused("nak a job", "$JS.ACK."+wire.StreamExec+"."+wire.ConsumerName("default")+".1.2.2.1700000000000000000.0", nil)
 
-	// What the server publishes on the agent's behalf stays in the agent's account: a
-	// push consumer of its events stream delivering to the liveness key's subject, a
-	// request whose reply subject deletes the jobs stream.
+	// What the server publishes on the agent's behalf (its answer to a request, on
+	// the reply subject the agent names) stays in the agent's account. Aimed at the
+	// subject on which workers cancel a running execution (the agent's own, running
+	// now, under either form of its key) and at the worker's liveness key, it reaches
+	// neither. In a single account both land: the worker cancels the job, and the key
+	// takes the answer as its value.
 	liveness, err := workers.Watch(ctx, wid, jetstream.UpdatesOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer liveness.Stop()
-	if _, err := ajs.CreateOrUpdateConsumer(ctx, wire.StreamEvents, jetstream.ConsumerConfig{
-		Name: "redirect", DeliverSubject: "$KV." + worker.BucketWorkers + "." + wid, AckPolicy: jetstream.AckNonePolicy,
-	}); err != nil {
-		t.Fatalf("a push consumer of the agent's own events stream: %v", err)
-	}
-	if err := anc.PublishRequest("$JS.API.STREAM.INFO."+wire.StreamEvents, "$JS.API.STREAM.DELETE."+wire.StreamExec, nil); err != nil {
+	target, err := c.Submit(ctx, wire.Job{Sandbox: "default", TimeoutSec: 60,
+		Script: "print('up', flush=True)\nimport time\ntime.sleep(2)\nemit_result('not cancelled')"})
+	if err != nil {
 		t.Fatal(err)
+	}
+	defer target.Close()
+	for ev := range target.Events() {
+		if ev.Type == wire.EventStdout {
+			break // running
+		}
+	}
+	for _, reply := range []string{"jazzmine.internal.running." + target.ID, "jazzmine.internal.running.agents." + target.ID,
+		"jazzmine.internal.running.x", "$KV." + worker.BucketWorkers + "." + wid} {
+		if err := anc.PublishRequest("$JS.API.CONSUMER.INFO."+wire.StreamEvents+".nosuch", reply, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := anc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	run("emit_result('after the redirections')") // its events, too, went to the redirecting consumer
+	if res, err := target.Wait(ctx); err != nil || !res.Success || res.FinalData != "not cancelled" {
+		t.Errorf("the job the redirected answers aimed at: %+v, %v; want it run to its result", res, err)
+	}
 	for drained := false; !drained; {
 		select {
 		case e := <-liveness.Updates():
@@ -201,9 +215,6 @@ func TestAnAgentMaySubmitCancelAndReadButNothingElse(t *testing.T) {
 		default:
 			drained = true
 		}
-	}
-	if _, err := wjs.Stream(ctx, wire.StreamExec); err != nil {
-		t.Errorf("the jobs stream after the redirected reply: %v", err)
 	}
 
 	// A cancel is the agent's to send (of an execution that ended: it changes nothing).
