@@ -102,6 +102,22 @@ func EventMsgID(executionID string, attempt int, seq uint64) string {
 	return executionID + "." + strconv.Itoa(attempt) + "." + strconv.FormatUint(seq, 10)
 }
 
+// ParseExecSubject returns the tenant ("" for none) and the sandbox of a job's
+// subject as the fleet's account sees it: jazzmine.exec.<sandbox>, or
+// jazzmine.exec.<tenant>.<sandbox> for a tenant's job (the server adds the
+// tenant token; see deploy/nats/auth.conf). The error wraps
+// [ErrInvalidSubject], and also [ErrInvalidID] when a token is not a valid id.
+func ParseExecSubject(subject string) (tenant, sandbox string, err error) {
+	return tenantTokens(subject, SubjectPrefixExec, "sandbox")
+}
+
+// ParseCancelSubject returns the tenant ("" for none) and the execution id of a
+// cancel's subject as the fleet's account sees it: jazzmine.cancel.<execution_id>,
+// or jazzmine.cancel.<tenant>.<execution_id>. Errors as [ParseExecSubject].
+func ParseCancelSubject(subject string) (tenant, executionID string, err error) {
+	return tenantTokens(subject, SubjectPrefixCancel, "execution_id")
+}
+
 // lastToken returns the token after prefix in subject, prefix.<token>, and
 // checks that it is a valid id.
 func lastToken(subject, prefix, kind string) (string, error) {
@@ -113,6 +129,27 @@ func lastToken(subject, prefix, kind string) (string, error) {
 		return "", errorf(ErrInvalidSubject, "subject %s: %w", quote(subject), err)
 	}
 	return token, nil
+}
+
+// tenantTokens returns the valid tokens after prefix in subject:
+// prefix.<tenant>.<last> or prefix.<last>.
+func tenantTokens(subject, prefix, kind string) (tenant, last string, err error) {
+	rest, ok := strings.CutPrefix(subject, prefix+".")
+	tokens := strings.Split(rest, ".")
+	if !ok || len(tokens) > 2 {
+		return "", "", errorf(ErrInvalidSubject, "subject %s is not %s.<%s> or %s.<tenant>.<%s>", quote(subject), prefix, kind, prefix, kind)
+	}
+	if len(tokens) == 2 {
+		if err := ValidateID("tenant", tokens[0]); err != nil {
+			return "", "", errorf(ErrInvalidSubject, "subject %s: %w", quote(subject), err)
+		}
+		tenant = tokens[0]
+	}
+	last = tokens[len(tokens)-1]
+	if err := ValidateID(kind, last); err != nil {
+		return "", "", errorf(ErrInvalidSubject, "subject %s: %w", quote(subject), err)
+	}
+	return tenant, last, nil
 }
 
 // HeaderCarrier reads and writes message headers (a nats.Header converts to it) for

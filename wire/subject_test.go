@@ -99,3 +99,37 @@ func TestSubjectParsers(t *testing.T) {
 		})
 	}
 }
+
+func TestTenantSubjectParsers(t *testing.T) {
+	tests := []struct {
+		name           string
+		parse          func(string) (string, string, error)
+		subject        string
+		tenant, last   string
+		wantErr, badID bool
+	}{
+		{name: "a job without a tenant", parse: wire.ParseExecSubject, subject: "jazzmine.exec.default", last: "default"},
+		{name: "a tenant's job", parse: wire.ParseExecSubject, subject: "jazzmine.exec.acme.default", tenant: "acme", last: "default"},
+		{name: "a cancel without a tenant", parse: wire.ParseCancelSubject, subject: "jazzmine.cancel.x-1", last: "x-1"},
+		{name: "a tenant's cancel", parse: wire.ParseCancelSubject, subject: "jazzmine.cancel.acme.x-1", tenant: "acme", last: "x-1"},
+		{name: "three tokens after the prefix are rejected", parse: wire.ParseExecSubject, subject: "jazzmine.exec.a.b.c", wantErr: true},
+		{name: "a literal wildcard sandbox is rejected", parse: wire.ParseExecSubject, subject: "jazzmine.exec.acme.*", wantErr: true, badID: true},
+		{name: "a literal wildcard tenant is rejected", parse: wire.ParseCancelSubject, subject: "jazzmine.cancel.>.x", wantErr: true, badID: true},
+		{name: "a stray character is rejected", parse: wire.ParseExecSubject, subject: "jazzmine.exec.x!y", wantErr: true, badID: true},
+		{name: "another prefix is rejected", parse: wire.ParseCancelSubject, subject: "jazzmine.exec.acme.x", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tenant, last, err := tt.parse(tt.subject)
+			if tt.wantErr {
+				if !errors.Is(err, wire.ErrInvalidSubject) || errors.Is(err, wire.ErrInvalidID) != tt.badID {
+					t.Errorf("parse(%q) = %v; want ErrInvalidSubject (and ErrInvalidID: %v)", tt.subject, err, tt.badID)
+				}
+				return
+			}
+			if err != nil || tenant != tt.tenant || last != tt.last {
+				t.Errorf("parse(%q) = %q, %q, %v; want %q, %q", tt.subject, tenant, last, err, tt.tenant, tt.last)
+			}
+		})
+	}
+}

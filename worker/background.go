@@ -42,15 +42,23 @@ type background struct {
 }
 
 func newBackground(log *slog.Logger) *background {
-	b := &background{
+	return &background{
 		log: log, queues: map[string][]func(context.Context){}, full: map[string]bool{},
 		dropped: map[*nats.Subscription]int{}, wake: make(chan struct{}, backgroundLimit), stop: make(chan struct{}),
+	}
+}
+
+// start starts the slots; close stops them. Tasks queued before wait for it.
+func (b *background) start() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
 	}
 	for range backgroundLimit {
 		b.wg.Add(1)
 		go b.serve()
 	}
-	return b
 }
 
 // run queues f as a background task of tenant, to run with a bounded context unless

@@ -141,28 +141,15 @@ func (c *canceller) queued(ctx context.Context, ref execRef) (bool, error) {
 	if ref.tenant != "" {
 		filter = wire.SubjectPrefixExec + "." + ref.tenant + ".*"
 	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
-	if err != nil || len(info.State.Subjects) == 0 {
-		return false, err
+	found := false
+	complete, err := scanJobs(ctx, stream, filter, queuedScanMax, func(msg *jetstream.RawStreamMsg) bool {
+		found = msg.Header.Get(wire.HeaderMsgID) == ref.id
+		return !found
+	})
+	if err == nil && !complete {
+		err = fmt.Errorf("more than %d queued jobs to look through", queuedScanMax)
 	}
-	seq, last := info.State.FirstSeq, info.State.LastSeq
-	for range queuedScanMax {
-		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		if msg.Header.Get(wire.HeaderMsgID) == ref.id {
-			return true, nil
-		}
-		if msg.Sequence >= last {
-			return false, nil
-		}
-		seq = msg.Sequence + 1
-	}
-	return false, fmt.Errorf("more than %d queued jobs to look through", queuedScanMax)
+	return found, err
 }
 
 // answerRunning cancels the execution if it runs here, and says so.

@@ -178,7 +178,7 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 func decode(sandbox string, msg jetstream.Msg, maxScript int) (job *wire.Job, ref execRef, ct string, err error) {
 	hdr := msg.Headers()
 	headerID := hdr.Get(wire.HeaderMsgID)
-	ref.tenant, _, _ = parseExecSubject(msg.Subject()) // the consumer's filters match no other shape
+	ref.tenant, _, _ = wire.ParseExecSubject(msg.Subject()) // the consumer's filters match no other shape
 	ct, err = wire.ParseContentType(hdr.Get(wire.HeaderContentType))
 	if err != nil {
 		return nil, execRef{ref.tenant, ownedID(nil, headerID)}, wire.ContentTypeJSON, err // its own encoding is unknown: answer in the readable one

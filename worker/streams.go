@@ -90,3 +90,30 @@ func consumerExists(ctx context.Context, js jetstream.JetStream, sandbox string)
 	}
 	return err == nil, err
 }
+
+// scanJobs calls f with each message of the jobs stream whose subject matches filter,
+// in order, from the first to the last one stored when it starts, until f returns
+// false; it reads at most max of them and says whether it read them all. It gets
+// them one at a time: a work queue takes no second consumer over subjects its
+// consumers filter. Only a rare path (a cancel, a job no worker can take) uses it.
+func scanJobs(ctx context.Context, stream jetstream.Stream, filter string, max int, f func(*jetstream.RawStreamMsg) bool) (complete bool, err error) {
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil || len(info.State.Subjects) == 0 {
+		return err == nil, err
+	}
+	seq, last := info.State.FirstSeq, info.State.LastSeq
+	for range max {
+		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if !f(msg) || msg.Sequence >= last {
+			return true, nil
+		}
+		seq = msg.Sequence + 1
+	}
+	return false, nil
+}

@@ -1,11 +1,6 @@
 package worker
 
-import (
-	"fmt"
-	"strings"
-
-	"github.com/jazzmine/worker/wire"
-)
+import "github.com/jazzmine/worker/wire"
 
 // Tenants. A fleet may serve several tenants, each a NATS account of its own that
 // reaches the fleet's account only through the imports deploy/nats/auth.conf gives
@@ -45,47 +40,9 @@ func tenantExecSubjects(sandbox string) []string {
 	return []string{wire.ExecSubject(sandbox), wire.SubjectPrefixExec + ".*." + sandbox}
 }
 
-// parseExecSubject returns the tenant ("" for none) and the sandbox of a job's
-// subject, jazzmine.exec.<sandbox> or jazzmine.exec.<tenant>.<sandbox>.
-func parseExecSubject(subject string) (tenant, sandbox string, err error) {
-	tokens, err := tailTokens(subject, wire.SubjectPrefixExec, "sandbox")
-	if err != nil {
-		return "", "", err
-	}
-	if len(tokens) == 2 {
-		return tokens[0], tokens[1], nil
-	}
-	return "", tokens[0], nil
-}
-
 // parseCancelSubject returns the execution a cancel names, from its subject
 // jazzmine.cancel.<id> or jazzmine.cancel.<tenant>.<id>.
 func parseCancelSubject(subject string) (execRef, error) {
-	tokens, err := tailTokens(subject, wire.SubjectPrefixCancel, "execution_id")
-	if err != nil {
-		return execRef{}, err
-	}
-	if len(tokens) == 2 {
-		return execRef{tenant: tokens[0], id: tokens[1]}, nil
-	}
-	return execRef{id: tokens[0]}, nil
-}
-
-// tailTokens returns the one or two valid tokens after prefix in subject.
-func tailTokens(subject, prefix, last string) ([]string, error) {
-	rest, ok := strings.CutPrefix(subject, prefix+".")
-	tokens := strings.Split(rest, ".")
-	if !ok || len(tokens) > 2 {
-		return nil, fmt.Errorf("subject %q is not %s.<%s> or %s.<tenant>.<%s>: %w", subject, prefix, last, prefix, last, wire.ErrInvalidSubject)
-	}
-	for i, tok := range tokens {
-		kind := last
-		if i < len(tokens)-1 {
-			kind = "tenant"
-		}
-		if err := wire.ValidateID(kind, tok); err != nil {
-			return nil, fmt.Errorf("subject %q: %w", subject, err)
-		}
-	}
-	return tokens, nil
+	tenant, id, err := wire.ParseCancelSubject(subject)
+	return execRef{tenant, id}, err
 }

@@ -44,7 +44,7 @@ func newTriage(js jetstream.JetStream, sandboxes []Sandbox, ev *events, bg *back
 
 // see answers the job m, if no worker serves its sandbox.
 func (t *triage) see(m *nats.Msg) {
-	tenant, sandbox, err := parseExecSubject(m.Subject)
+	tenant, sandbox, err := wire.ParseExecSubject(m.Subject)
 	if err != nil {
 		// A subject no consumer can ever match (a literal wildcard, a character no
 		// sandbox name has): nothing would take it, and it would hold backlog room
@@ -95,7 +95,7 @@ func (t *triage) purgeUnserved(ctx context.Context) {
 		return
 	}
 	for subject := range info.State.Subjects {
-		_, sandbox, err := parseExecSubject(subject)
+		_, sandbox, err := wire.ParseExecSubject(subject)
 		if err == nil {
 			exists, err := consumerExists(ctx, t.js, sandbox)
 			if err != nil || exists {
@@ -119,17 +119,12 @@ const literalDeleteMax = 1000
 // holds a wildcard token ("jazzmine.exec.<tenant>.*", published as it is): purging
 // by it would take every subject it matches, other sandboxes' jobs with them.
 func deleteLiteral(ctx context.Context, stream jetstream.Stream, subject string) {
-	var seq uint64 = 1
-	for range literalDeleteMax {
-		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-		if err != nil {
-			return
-		}
+	_, _ = scanJobs(ctx, stream, subject, literalDeleteMax, func(msg *jetstream.RawStreamMsg) bool {
 		if msg.Subject == subject {
 			_ = stream.DeleteMsg(ctx, msg.Sequence)
 		}
-		seq = msg.Sequence + 1
-	}
+		return true
+	})
 }
 
 // identify reads what a job message says about itself for an error event: a usable

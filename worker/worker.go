@@ -95,6 +95,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.unsubscribe()
 		return fmt.Errorf("worker: %w", err)
 	}
+	w.bg.start() // what the subscriptions queued meanwhile waits for it
 	w.live.keep(w.pulling)
 	w.producer.start(w.pulling)
 	w.log.Info("worker started", "sandboxes", len(w.cfg.Sandboxes))
