@@ -483,3 +483,28 @@ func TestJobsNoWorkerCanTakeDoNotHoldTheBacklog(t *testing.T) {
 		}
 	}
 }
+
+// TestATenantsStorageIsBounded: an agent that makes its account's events stream
+// itself, asking for more storage than its account has (to fill the servers' disks
+// for everyone), is refused; the account's limits stand whatever the stream asks.
+func TestATenantsStorageIsBounded(t *testing.T) {
+	_, workerPub := userKey(t)
+	agentSeed, agentPub := userKey(t)
+	t.Setenv("JAZZMINE_WORKER_NKEY", workerPub)
+	t.Setenv("JAZZMINE_AGENT_NKEY", agentPub)
+	srv := startAuthServer(t, "auth.conf")
+	ajs, err := jetstream.New(connectAs(t, srv.ClientURL(), agentSeed, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = ajs.CreateStream(ctx, jetstream.StreamConfig{Name: wire.StreamEvents, Subjects: []string{wire.AllEventsWildcard}, MaxBytes: 3 << 30})
+	if err == nil {
+		t.Fatal("the agent made an events stream of 3 GiB, more than its account's 2 GB")
+	}
+	t.Logf("refused: %v", err)
+	if _, err := ajs.CreateStream(ctx, jetstream.StreamConfig{Name: wire.StreamEvents, Subjects: []string{wire.AllEventsWildcard}, MaxBytes: 1 << 30}); err != nil {
+		t.Fatalf("an events stream within the account's limits: %v", err)
+	}
+}
