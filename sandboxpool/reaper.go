@@ -102,14 +102,7 @@ func (p *Pool) reapLoop() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), reapLimit)
-		go func() {
-			select {
-			case <-p.stopLoop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		ctx, cancel := context.WithTimeout(p.bg, reapLimit) // Close cancels p.bg
 		n, err := p.ReapOrphans(ctx)
 		cancel()
 		switch {
