@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/textproto"
 	"os"
 	"strings"
@@ -57,8 +56,21 @@ func (s *session) forward(req *http.Request) bool {
 	stopWatch := s.watchClient(act, up)
 	defer stopWatch()
 
-	resp, ok := s.readFinal(bufio.NewReader(upstream), req, t, addr, act, start, stopWatch)
-	if !ok {
+	logged := func(attrs ...any) {
+		attrs = append([]any{"sandbox", s.sb.name, "target", t.String(), "addr", addr.String(), "method", req.Method}, attrs...)
+		if act.quiet.Load() {
+			attrs = append(attrs, "end", "client ended")
+		}
+		s.srv.log.Info("proxy: forwarded", attrs...)
+	}
+	resp, f := readFinal(bufio.NewReader(upstream), req, t)
+	if f != nil {
+		if f.err != nil && act.quiet.Load() { // the read failed because the client went
+			logged("duration", time.Since(start).Round(time.Millisecond).String(), "complete", false)
+		} else {
+			stopWatch() // the session's reader is fail's again
+			s.fail(t.String(), f)
+		}
 		return false
 	}
 	defer resp.Body.Close()
@@ -74,12 +86,7 @@ func (s *session) forward(req *http.Request) bool {
 	resp.Close = !keep
 	err := resp.Write(client)
 
-	attrs := []any{"sandbox", s.sb.name, "target", t.String(), "addr", addr.String(), "method", req.Method, "status", resp.StatusCode,
-		"duration", time.Since(start).Round(time.Millisecond).String(), "complete", err == nil}
-	if act.quiet.Load() {
-		attrs = append(attrs, "end", "client ended")
-	}
-	s.srv.log.Info("proxy: forwarded", attrs...)
+	logged("status", resp.StatusCode, "duration", time.Since(start).Round(time.Millisecond).String(), "complete", err == nil)
 	return err == nil && keep
 }
 
@@ -125,33 +132,24 @@ func prepareRequest(req *http.Request) (clientClose, continueFirst bool) {
 	return clientClose, continueFirst
 }
 
-// readFinal reads the target's final response to req, skipping interim ones; on a
-// failure (none, or a protocol switch) it answers the client and returns false.
-func (s *session) readFinal(br *bufio.Reader, req *http.Request, t target, addr netip.AddrPort, act *activity, start time.Time, stopWatch func()) (*http.Response, bool) {
+// readFinal reads the target's final response to req, skipping interim ones; it
+// returns why there is none (no valid response, or a protocol switch).
+func readFinal(br *bufio.Reader, req *http.Request, t target) (*http.Response, *failure) {
 	for {
 		resp, err := http.ReadResponse(br, req)
-		if err != nil && act.quiet.Load() {
-			s.srv.log.Info("proxy: forwarded", "sandbox", s.sb.name, "target", t.String(), "addr", addr.String(),
-				"method", req.Method, "duration", time.Since(start).Round(time.Millisecond).String(), "complete", false, "end", "client ended")
-			return nil, false
-		}
 		if err != nil {
 			f := &failure{status: http.StatusBadGateway, reason: "no valid response from " + t.String(), err: err}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				f.status = http.StatusGatewayTimeout
 			}
-			stopWatch()
-			s.fail(t.String(), f)
-			return nil, false
+			return nil, f
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			resp.Body.Close()
-			stopWatch()
-			s.fail(t.String(), &failure{status: http.StatusBadGateway, reason: t.String() + " switched protocols, which the proxy does not relay"})
-			return nil, false
+			return nil, &failure{status: http.StatusBadGateway, reason: t.String() + " switched protocols, which the proxy does not relay"}
 		}
 		if resp.StatusCode >= 200 {
-			return resp, true
+			return resp, nil
 		}
 		resp.Body.Close() // an interim response (100 Continue, 103 Early Hints)
 	}
