@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -213,7 +212,7 @@ func ParseConfig(data []byte) (Config, error) {
 	for _, js := range j.Sandboxes {
 		cfg.Sandboxes = append(cfg.Sandboxes, Sandbox{Name: js.Name, Socket: js.Socket, Allowed: js.Allowed, PrivateRanges: js.PrivateRanges})
 	}
-	if _, err := compile(cfg); err != nil {
+	if _, err := compile(cfg.withDefaults()); err != nil {
 		return Config{}, err
 	}
 	for i, sb := range cfg.Sandboxes {
@@ -264,7 +263,8 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// compile validates cfg and returns its sandboxes ready for lookups.
+// compile validates cfg, its defaults applied (withDefaults leaves a negative
+// field negative), and returns its sandboxes ready for lookups.
 func compile(cfg Config) ([]*sandbox, error) {
 	for _, n := range []struct {
 		field string
@@ -285,8 +285,8 @@ func compile(cfg Config) ([]*sandbox, error) {
 	if len(cfg.Sandboxes) == 0 {
 		return nil, configError("sandboxes", "at least one sandbox is required")
 	}
-	if maxConns := cmp.Or(cfg.MaxConns, DefaultMaxConns); maxConns < len(cfg.Sandboxes) {
-		return nil, configError("max_conns", "%d is fewer than the sandboxes (%d): each sandbox needs a share of at least one connection", maxConns, len(cfg.Sandboxes))
+	if cfg.MaxConns < len(cfg.Sandboxes) {
+		return nil, configError("max_conns", "%d is fewer than the sandboxes (%d): each sandbox needs a share of at least one connection", cfg.MaxConns, len(cfg.Sandboxes))
 	}
 
 	var out []*sandbox

@@ -34,11 +34,11 @@ type Server struct {
 
 // New validates cfg and returns a Server. Config errors wrap ErrInvalidConfig.
 func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
 	sandboxes, err := compile(cfg)
 	if err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	return &Server{
 		cfg:           cfg,
 		sandboxes:     sandboxes,
