@@ -139,7 +139,8 @@ class Harness:
 
     def _reset_done(self, nonce):
         """Says reset_done, answering the request of nonce. The host takes it as an
-        answer to that request only: the nonce never reaches a script."""
+        answer to that request only: the nonce never reaches a script. After an
+        execute (which leaves no warm child), it forks the next one."""
         if self.warm is None:
             self.warm = self._fork()
         # reset_done means ready: the next execute finds a warmed-up child.
@@ -225,7 +226,7 @@ class Harness:
             run.done(started, None)
             return
         child = self.warm
-        self.warm = None
+        self.warm = None  # the next one is forked by _reset_done, after the reset
         if child is None or not self._dispatch(child, req):
             self._kill_child(child)
             child = self._fork()
@@ -233,13 +234,11 @@ class Harness:
                 run.emit({"type": p.ERROR, "kind": p.KIND_CRASHED, "error": "harness could not start the script process"})
                 self._kill_child(child)
                 run.done(started, None)
-                self.warm = self._fork()
                 return
         run.supervise(child)
         run.done(started, child)
         self._after_execution(child)
         self._reset()
-        self.warm = self._fork()
 
     def _dispatch(self, child, req):
         # Encoded again without the nonce: the script must never learn it.
