@@ -75,7 +75,7 @@ func (s *Server) ListenAndServe(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, sb := range s.sandboxes {
 		wg.Go(func() {
-			errs[i] = s.Serve(ctx, sb.name, lns[i])
+			errs[i] = s.serve(ctx, sb, lns[i])
 			cancel() // one listener gone ends them all
 		})
 	}
@@ -136,6 +136,11 @@ func (s *Server) Serve(ctx context.Context, name string, ln net.Listener) error 
 		ln.Close()
 		return fmt.Errorf("proxy: serve: sandbox %q is not in the config", name)
 	}
+	return s.serve(ctx, sb, ln)
+}
+
+// serve is Serve for a sandbox of the config.
+func (s *Server) serve(ctx context.Context, sb *sandbox, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	tr := &tracker{conns: map[net.Conn]struct{}{}}
 	var wg sync.WaitGroup
