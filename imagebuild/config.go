@@ -146,8 +146,9 @@ type Resources struct {
 
 // Network is a sandbox's egress policy.
 type Network struct {
-	// AllowedHosts are "host:port" entries the egress proxy lets through. Empty
-	// means no network at all (network mode none).
+	// AllowedHosts are "host:port" entries the egress proxy lets through. Every
+	// sandbox runs with network mode none; empty means no egress volume, no
+	// proxy socket: no way out at all.
 	AllowedHosts []string
 	// PrivateRanges are CIDR prefixes ("10.20.0.0/16") that the names of
 	// AllowedHosts may resolve to although they are not globally reachable
