@@ -2,6 +2,7 @@
 the executor loop, with every module under it). Run with `make test-python`."""
 
 import os
+import time
 import unittest
 
 from harness_process import HarnessProcess
@@ -138,6 +139,22 @@ emit_result(seen)
         self.addCleanup(h.close)
         self.assertEqual(h.ready["type"], "ready")
         self.assertEqual(h.ready["tools"], ["quiet"])
+
+
+class StoppedZygoteTest(unittest.TestCase):
+    def test_a_stopped_zygote_retires_the_harness_at_once(self):
+        # zygote.Zygote.check: a script may SIGSTOP its parent, the zygote (same uid).
+        # The harness sees it after the execution and exits 3 with no reset_done,
+        # rather than waiting on the zygote (REAP_WAIT, then FORK_WAIT: 10 s).
+        h = HarnessProcess()
+        self.addCleanup(h.close)
+        h.send(type="execute", execution_id="stop", script="import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)", mode="interactive", nonce="n-stop")
+        started = time.monotonic()
+        self.assertEqual(h.until("script_done")[-1]["nonce"], "n-stop")
+        with self.assertRaises(EOFError):
+            h.read()  # the stream ends: no reset_done
+        self.assertEqual(h.p.wait(timeout=10), 3)
+        self.assertLess(time.monotonic() - started, 3.0)
 
 
 if __name__ == "__main__":
