@@ -104,14 +104,7 @@ func TestAClientThatEndsItsSideFreesItsConnectionWithinTheGrace(t *testing.T) {
 	})
 	t.Cleanup(func() { close(hush) }) // before serveTCP's cleanup waits for the handlers
 	w.name("talker", "127.0.0.5")
-	w.serveTCP(t, "127.0.0.5", "7001", func(c net.Conn) { // 20 bytes over 0.5 s, then the end
-		for i := range 20 {
-			if _, err := c.Write([]byte{byte('a' + i)}); err != nil {
-				return
-			}
-			time.Sleep(25 * time.Millisecond)
-		}
-	})
+	w.serveTCP(t, "127.0.0.5", "7001", trickle(25*time.Millisecond)) // 20 bytes over 0.5 s, then the end
 	sb := []Sandbox{{Name: "a", Allowed: []string{"svc-a:8080", "silent:7000", "talker:7001"}}}
 	// One connection, an idle timeout no test waits for, and a short grace.
 	p := start(t, w, Config{Sandboxes: sb, MaxConnsPerSandbox: 1, IdleTimeout: time.Hour, CloseGrace: 250 * time.Millisecond, allowLoopback: true})
@@ -164,35 +157,26 @@ func TestAClientThatEndsItsSideFreesItsConnectionWithinTheGrace(t *testing.T) {
 // are closed when it ends, and freed a moment later).
 func waitFree(t *testing.T, p *running, sb string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	active := 0
+	if !eventually(func() bool {
 		p.srv.mu.Lock()
-		active := 0
+		defer p.srv.mu.Unlock()
 		for _, x := range p.srv.sandboxes {
 			if x.name == sb {
 				active = x.active
 			}
 		}
-		p.srv.mu.Unlock()
-		if active == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox %s still holds %d connections after 10 s", sb, active)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return active == 0
+	}) {
+		t.Fatalf("sandbox %s still holds %d connections after 10 s", sb, active)
 	}
 }
 
 // waitDialled waits until the proxy dialled more than before targets.
 func waitDialled(t *testing.T, w *world, before int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(w.dials()) <= before {
-		if time.Now().After(deadline) {
-			t.Fatal("the proxy did not dial the target within 10 s")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !eventually(func() bool { return len(w.dials()) > before }) {
+		t.Fatal("the proxy did not dial the target within 10 s")
 	}
 }
 
@@ -203,14 +187,7 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	w.name("silent", "127.0.0.5")
 	w.serveTCP(t, "127.0.0.5", "7000", func(c net.Conn) { io.Copy(io.Discard, c) })
 	w.name("talker", "127.0.0.5")
-	w.serveTCP(t, "127.0.0.5", "7001", func(c net.Conn) { // 20 bytes over 1 s, then the end
-		for i := range 20 {
-			if _, err := c.Write([]byte{byte('a' + i)}); err != nil {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	})
+	w.serveTCP(t, "127.0.0.5", "7001", trickle(50*time.Millisecond)) // 20 bytes over 1 s, then the end
 	w.name("listener", "127.0.0.5")
 	w.serveTCP(t, "127.0.0.5", "7002", func(c net.Conn) { // reads 20 bytes, then answers
 		if _, err := io.ReadFull(c, make([]byte, 20)); err == nil {

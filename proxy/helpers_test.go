@@ -150,6 +150,19 @@ func service(name string) http.Handler {
 	return mux
 }
 
+// trickle is a raw TCP service's handler that sends "abcdefghijklmnopqrst", a
+// byte every every, then ends.
+func trickle(every time.Duration) func(net.Conn) {
+	return func(c net.Conn) {
+		for i := range 20 {
+			if _, err := c.Write([]byte{byte('a' + i)}); err != nil {
+				return
+			}
+			time.Sleep(every)
+		}
+	}
+}
+
 // serveTCP starts a raw TCP service on ip, answering dials of ip:port with
 // handle (which need not close the connection). It stops at the end of the test.
 func (w *world) serveTCP(t *testing.T, ip, port string, handle func(net.Conn)) {
@@ -393,16 +406,24 @@ func (r *running) logged(t *testing.T, msg string, attrs map[string]any) []map[s
 // waitLogged polls until a log line with msg and attrs appears, and returns it.
 func (r *running) waitLogged(t *testing.T, msg string, attrs map[string]any) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if lines := r.logged(t, msg, attrs); len(lines) > 0 {
-			return lines[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line %q with %v in:\n%s", msg, attrs, r.logs.Bytes())
-		}
-		time.Sleep(10 * time.Millisecond)
+	var lines []map[string]any
+	if !eventually(func() bool { lines = r.logged(t, msg, attrs); return len(lines) > 0 }) {
+		t.Fatalf("no log line %q with %v in:\n%s", msg, attrs, r.logs.Bytes())
 	}
+	return lines[0]
+}
+
+// eventually polls done until it holds, for up to 10 s; it reports whether it
+// held.
+func eventually(done func() bool) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for !done() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.
