@@ -254,6 +254,7 @@ func TestNamesResolvingToAddressesThatAreNotGlobalAreRefused(t *testing.T) {
 	w.name("metadata", "169.254.169.254")
 	w.name("metadata6", "fd00:ec2::254")
 	w.name("metadata-alibaba", "100.100.100.200")
+	w.name("metadata-oracle", "192.0.0.192")
 	w.name("linklocal6", "fe80::1")
 	w.name("mapped", "::ffff:127.0.0.2")
 	w.name("zero", "0.0.0.0")
@@ -272,13 +273,13 @@ func TestNamesResolvingToAddressesThatAreNotGlobalAreRefused(t *testing.T) {
 	w.name("nat64-metadata", "64:ff9b::169.254.169.254")
 	w.name("public", "8.8.8.8")
 	w.name("public6", "2606:4700::1111")
-	names := []string{"svc-a:8080", "localhost:8080", "metadata:80", "metadata6:80", "metadata-alibaba:80", "linklocal6:80",
+	names := []string{"svc-a:8080", "localhost:8080", "metadata:80", "metadata6:80", "metadata-alibaba:80", "metadata-oracle:80", "linklocal6:80",
 		"mapped:8080", "zero:8080", "mixed:8080", "private:8080", "*.attacker.example:8080", "home:8080", "cgnat:8080", "ula:8080",
 		"bench:8080", "class-e:8080", "this-network:8080", "doc6:8080", "compat:8080", "nat64-private:8080", "nat64-metadata:8080",
 		"public:8080", "public6:8080", "127.0.0.2:8080", "10.20.30.40:8080"}
 	sb := []Sandbox{
 		{Name: "a", Allowed: names},
-		{Name: "b", Allowed: names, PrivateRanges: []string{"10.20.0.0/16", "100.64.0.0/10", "fd12:3456::/48"}},
+		{Name: "b", Allowed: names, PrivateRanges: []string{"10.20.0.0/16", "100.64.0.0/10", "192.0.0.0/24", "fd12:3456::/48"}},
 	}
 	p := start(t, w, Config{Sandboxes: sb}) // the production rule: no loopback targets
 
@@ -319,6 +320,7 @@ func TestNamesResolvingToAddressesThatAreNotGlobalAreRefused(t *testing.T) {
 		{"a NAT64 address of a private range is allowed", "b", "nat64-private:8080", 200, "svc-a GET /", "[64:ff9b::a14:1e28]:8080"},
 		{"private ranges open only themselves", "b", "host.attacker.example:8080", 403, "172.17.0.1 is private (RFC 1918) and not in the sandbox's private_ranges", ""},
 		{"a metadata endpoint inside a private range stays refused", "b", "metadata-alibaba:80", 403, "100.100.100.200 is a cloud metadata endpoint", ""},
+		{"Oracle's legacy metadata endpoint inside a private range stays refused", "b", "metadata-oracle:80", 403, "192.0.0.192 is a cloud metadata endpoint", ""},
 		{"loopback stays refused with private ranges", "b", "svc-a:8080", 403, "127.0.0.2 is loopback", ""},
 		{"the metadata endpoint stays refused with private ranges", "b", "metadata:80", 403, "169.254.169.254 is link-local", ""},
 	}
