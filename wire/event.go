@@ -34,6 +34,15 @@ const (
 	// DurationMS, OutputBytes, Error and FinalData. It is always the last
 	// event of an attempt.
 	EventScriptDone = "script_done"
+	// EventArtifact announces a file the script left in the workspace, stored
+	// in [FilesBucket] after the run and before script_done: Path (in the
+	// workspace), Object, Size, SHA256 and ContentType.
+	EventArtifact = "artifact"
+	// EventDisplay carries what the script displayed (display(obj), a
+	// matplotlib figure): Data maps MIME types to text forms ("text/plain",
+	// "text/html", "text/markdown"); an image is stored in [FilesBucket] and
+	// named by Path ("display/1.png"), Object, Size, SHA256 and ContentType.
+	EventDisplay = "display"
 )
 
 // Error kinds, the Kind of an [EventError] event.
@@ -63,6 +72,14 @@ const (
 	// container could be started, Docker unreachable) and gave up after its
 	// retries.
 	KindInfrastructure = "infrastructure"
+	// KindInputFile means that an input file could not be written into the
+	// workspace: its object is missing, it is over a limit, or it does not
+	// fit.
+	KindInputFile = "input_file"
+	// KindArtifactLimit means that the files the script left were more, or
+	// larger, than max_artifacts or max_artifact_bytes allow; none of them
+	// was stored.
+	KindArtifactLimit = "artifact_limit"
 )
 
 // Event is one step of an execution, published on
@@ -141,6 +158,15 @@ type Event struct {
 	DurationMS  int64 `json:"duration_ms" msgpack:"duration_ms"`
 	OutputBytes int64 `json:"output_bytes" msgpack:"output_bytes"`
 	FinalData   any   `json:"final_data,omitempty" msgpack:"final_data,omitempty"`
+
+	// Path, Object, Size, SHA256 (hex) and ContentType describe the file of
+	// an EventArtifact, or the image of an EventDisplay: where it was in the
+	// workspace, and the object of [FilesBucket] that holds it.
+	Path        string `json:"path,omitempty" msgpack:"path,omitempty"`
+	Object      string `json:"object,omitempty" msgpack:"object,omitempty"`
+	Size        int64  `json:"size,omitempty" msgpack:"size,omitempty"`
+	SHA256      string `json:"sha256,omitempty" msgpack:"sha256,omitempty"`
+	ContentType string `json:"content_type,omitempty" msgpack:"content_type,omitempty"`
 }
 
 // eventWire is the encoded form of an Event: the time as a string, the
@@ -169,6 +195,11 @@ type eventWire struct {
 	DurationMS  *int64            `json:"duration_ms,omitempty" msgpack:"duration_ms,omitempty"`
 	OutputBytes *int64            `json:"output_bytes,omitempty" msgpack:"output_bytes,omitempty"`
 	FinalData   value             `json:"final_data,omitzero" msgpack:"final_data,omitempty"`
+	Path        string            `json:"path,omitempty" msgpack:"path,omitempty"`
+	Object      string            `json:"object,omitempty" msgpack:"object,omitempty"`
+	Size        int64             `json:"size,omitempty" msgpack:"size,omitempty"`
+	SHA256      string            `json:"sha256,omitempty" msgpack:"sha256,omitempty"`
+	ContentType string            `json:"content_type,omitempty" msgpack:"content_type,omitempty"`
 }
 
 // toWire makes the encoded form of e in the encoding ct names.
@@ -203,6 +234,11 @@ func (e *Event) toWire(ct string) (*eventWire, error) {
 		Traceback:   e.Traceback,
 		Kind:        e.Kind,
 		FinalData:   finalData,
+		Path:        e.Path,
+		Object:      e.Object,
+		Size:        e.Size,
+		SHA256:      e.SHA256,
+		ContentType: e.ContentType,
 	}
 	done := e.Type == EventScriptDone
 	if done || e.Success {
@@ -258,6 +294,11 @@ func (w *eventWire) toEvent(e *Event) error {
 		Traceback:   w.Traceback,
 		Kind:        w.Kind,
 		FinalData:   w.FinalData.v,
+		Path:        w.Path,
+		Object:      w.Object,
+		Size:        w.Size,
+		SHA256:      w.SHA256,
+		ContentType: w.ContentType,
 	}
 	if len(e.Metadata) == 0 {
 		e.Metadata = nil

@@ -37,7 +37,7 @@ func TestEventWireFollowsEvent(t *testing.T) {
 // with the fields: a field of a kind scan does not know would go unchecked,
 // and the library would convert what it holds silently.
 func TestEveryFieldIsChecked(t *testing.T) {
-	for name, fields := range map[string]map[string]kind{"Job": jobFields, "eventWire": eventFields} {
+	for name, fields := range map[string]map[string]kind{"Job": jobFields, "eventWire": eventFields, "File": fileFields} {
 		for field, k := range fields {
 			if k == anyKind {
 				t.Errorf("%s field %q has no kind for scan to check", name, field)

@@ -85,6 +85,25 @@ type Job struct {
 	// [MaxMetadataKeys] keys and [MaxMetadataBytes] bytes. An empty map
 	// decodes as nil.
 	Metadata map[string]string `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
+
+	// Files are written into the workspace before the script runs; see
+	// [File]. At most [MaxInputFiles], with at most [MaxInlineBytes] of
+	// inline data. An empty list decodes as nil.
+	Files []File `json:"files,omitempty" msgpack:"files,omitempty"`
+
+	// Artifacts are workspace paths (files or directories) collected after
+	// the run besides [OutDir], which always is; each becomes an
+	// [EventArtifact]. At most [MaxArtifactPaths].
+	Artifacts []string `json:"artifacts,omitempty" msgpack:"artifacts,omitempty"`
+
+	// MaxArtifacts and MaxArtifactBytes bound the artifacts and display
+	// images of the execution, by count and by their size added up; zero
+	// means [DefaultMaxArtifacts] and [DefaultMaxArtifactBytes], and at
+	// most [MaxArtifactsLimit] and [MaxArtifactBytesLimit] are allowed.
+	// Past them the files of the workspace are not stored at all and the
+	// execution fails with [KindArtifactLimit].
+	MaxArtifacts     int   `json:"max_artifacts,omitempty" msgpack:"max_artifacts,omitempty"`
+	MaxArtifactBytes int64 `json:"max_artifact_bytes,omitempty" msgpack:"max_artifact_bytes,omitempty"`
 }
 
 // Validate checks j against the rules of the NATS contract and fills its
@@ -156,6 +175,9 @@ func (j *Job) validate(subjectSandbox string, maxScriptBytes int) error {
 	}
 
 	if err := validateSecrets(j.RequiredSecrets); err != nil {
+		return err
+	}
+	if err := j.validateFiles(); err != nil {
 		return err
 	}
 	return validateMetadata(j.Metadata)

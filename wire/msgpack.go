@@ -66,17 +66,22 @@ const (
 	stringsKind               // []string
 	stringMapKind             // map[string]string
 	valueKind                 // Event.Data: JSON-like values
+	bytesKind                 // []byte: binary or a string, any bytes
+	filesKind                 // []File: an array of maps
+	fileKind                  // File: a map of fileFields
 )
 
 // kindWords names what a kind wants, in error messages of both encodings.
 var kindWords = [...]string{
 	stringKind: "a string", boolKind: "a boolean", numberKind: "a number", intKind: "an integer",
 	uintKind: "a non-negative integer", stringsKind: "an array of strings", stringMapKind: "a map of strings",
+	bytesKind: "binary data", filesKind: "an array of maps", fileKind: "a map",
 }
 
 var (
 	jobFields   = fieldKinds(reflect.TypeFor[Job]())
 	eventFields = fieldKinds(reflect.TypeFor[eventWire]())
+	fileFields  = fieldKinds(reflect.TypeFor[File]())
 )
 
 // fieldKinds maps the msgpack name of each field of struct type t to its
@@ -108,8 +113,13 @@ func kindOf(t reflect.Type) kind {
 	case reflect.Uint64:
 		return uintKind
 	case reflect.Slice:
-		if t.Elem().Kind() == reflect.String {
+		switch {
+		case t.Elem().Kind() == reflect.String:
 			return stringsKind
+		case t.Elem().Kind() == reflect.Uint8:
+			return bytesKind
+		case t.Elem() == reflect.TypeFor[File]():
+			return filesKind
 		}
 	case reflect.Map:
 		if t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.String {
@@ -222,6 +232,8 @@ func (s *scanner) elements(k kind, n, depth int) error {
 	switch k {
 	case stringsKind:
 		elem, where = stringKind, "element %d: "
+	case filesKind:
+		elem, where = fileKind, "element %d: "
 	case valueKind:
 		elem = valueKind
 	}
@@ -242,6 +254,8 @@ func (s *scanner) entries(k kind, n, depth int, top bool) error {
 		key, where = keyKind, "field %s: "
 	case k == stringMapKind:
 		key, elem, where = keyKind, stringKind, "key %s: "
+	case k == fileKind:
+		key, where = keyKind, "field %s: "
 	case k == valueKind:
 		key, elem = keyKind, valueKind
 	}
@@ -250,8 +264,11 @@ func (s *scanner) entries(k kind, n, depth int, top bool) error {
 			return s.at(err, "key %d: ", i)
 		}
 		name := s.data
-		if top {
+		switch {
+		case top:
 			elem = s.fields[string(name)]
+		case k == fileKind:
+			elem = fileFields[string(name)]
 		}
 		if err := s.value(elem, depth); err != nil {
 			return s.at(err, where, quote(string(name)))
@@ -299,8 +316,12 @@ func check(k kind, f format, c byte, data []byte) error {
 			return fmt.Errorf("%d is negative, want a non-negative integer", intOf(c, data))
 		}
 		ok = f == fInt || f == fUint
-	case stringsKind, stringMapKind:
-		ok = f == fArray && k == stringsKind || f == fMap && k == stringMapKind
+	case stringsKind, stringMapKind, filesKind, fileKind:
+		ok = f == fArray && (k == stringsKind || k == filesKind) || f == fMap && (k == stringMapKind || k == fileKind)
+	case bytesKind:
+		if f == fBin || f == fStr {
+			return nil // any bytes, UTF-8 or not
+		}
 	case valueKind:
 		if f == fExt {
 			return fmt.Errorf("got %s, which JSON cannot carry", formatNames[f])
@@ -432,6 +453,12 @@ func (w *jobWire) job() *Job {
 	}
 	if len(j.Metadata) == 0 {
 		j.Metadata = nil
+	}
+	if len(j.Files) == 0 {
+		j.Files = nil
+	}
+	if len(j.Artifacts) == 0 {
+		j.Artifacts = nil
 	}
 	return j
 }
