@@ -101,6 +101,9 @@ type Client struct {
 
 	eventsMu    sync.Mutex
 	eventsReady bool // the account has the events stream (see ensureEvents)
+
+	filesMu    sync.Mutex
+	filesStore jetstream.ObjectStore // wire.FilesBucket, once looked up (files.go)
 }
 
 // New returns a client for cfg. It fails when cfg.Conn is nil or

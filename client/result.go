@@ -47,6 +47,12 @@ type Result struct {
 	Stdout string
 	Stderr string
 
+	// Artifacts are the files the execution left in its workspace, stored
+	// in [wire.FilesBucket]; [Client.Download] and [Client.Save] read them.
+	Artifacts []Artifact
+	// Displays are what the script displayed, in order.
+	Displays []Display
+
 	// DurationMS is how long the script ran, in milliseconds.
 	DurationMS int64
 	// OutputBytes counts the bytes of the execution's output, as the worker
@@ -119,6 +125,10 @@ func (c *collector) add(ev *wire.Event) *Result {
 			a.sawError = true
 			a.res.Error, a.res.ErrorKind, a.res.Traceback = ev.Error, ev.Kind, ev.Traceback
 		}
+	case wire.EventArtifact:
+		a.res.Artifacts = append(a.res.Artifacts, *artifactOf(ev))
+	case wire.EventDisplay:
+		a.res.Displays = append(a.res.Displays, displayOf(ev))
 	case wire.EventScriptDone:
 		return a.finish(ev)
 	}

@@ -147,15 +147,20 @@ func (c *Conn) Done() <-chan struct{} { return c.done }
 
 // write sends one request line.
 func (c *Conn) write(req request) error {
-	b, err := json.Marshal(req)
+	return c.writeLine(req.Type, req)
+}
+
+// writeLine sends v, a request line of type typ, encoded as JSON.
+func (c *Conn) writeLine(typ string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("encode %s request: %w", req.Type, err)
+		return fmt.Errorf("encode %s request: %w", typ, err)
 	}
 	b = append(b, '\n')
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if _, err := c.w.Write(b); err != nil {
-		return fmt.Errorf("write %s request: %w", req.Type, err)
+		return fmt.Errorf("write %s request: %w", typ, err)
 	}
 	return nil
 }

@@ -35,6 +35,15 @@ type Request struct {
 	// TraceParent and TraceState are W3C trace context, passed to the script's process
 	// as TRACEPARENT and TRACESTATE.
 	TraceParent, TraceState string
+	// Files are written into the workspace before the script runs.
+	Files []InputFile
+	// Artifacts are workspace paths collected after the run besides out/.
+	Artifacts []string
+	// MaxArtifacts and MaxArtifactBytes bound the artifacts and display images, by
+	// count and by their size added up; zero means wire.DefaultMaxArtifacts and
+	// wire.DefaultMaxArtifactBytes.
+	MaxArtifacts     int
+	MaxArtifactBytes int64
 }
 
 // Intermediate is a partial result sent by emit_intermediate.
@@ -115,6 +124,12 @@ func (e *Executor) Run(ctx context.Context, c *Conn, req Request, onEvent EventF
 	if req.MaxOutputBytes <= 0 {
 		req.MaxOutputBytes = DefaultMaxOutputBytes
 	}
+	if req.MaxArtifacts <= 0 {
+		req.MaxArtifacts = wire.DefaultMaxArtifacts
+	}
+	if req.MaxArtifactBytes <= 0 {
+		req.MaxArtifactBytes = wire.DefaultMaxArtifactBytes
+	}
 	r := &run{
 		e:     e,
 		c:     c,
@@ -140,6 +155,10 @@ type run struct {
 	gotResult bool
 	gotError  bool
 	done      bool
+
+	artifacts     int   // artifacts and display images announced
+	artifactBytes int64 // their sizes added up
+	blobFailure   error // why a blob's chunk lines stopped coming
 }
 
 func (r *run) run(ctx context.Context) error {
@@ -151,18 +170,27 @@ func (r *run) run(ctx context.Context) error {
 	wait, stopWait := context.WithTimeout(ctx, r.req.Timeout+buffer)
 	defer stopWait()
 
+	if err := r.sendInputs(wait); err != nil {
+		if ie := (*inputError)(nil); errors.As(err, &ie) {
+			return r.fail(ctx, wire.KindInputFile, ie.msg)
+		}
+		return r.fail(ctx, wire.KindCrashed, ErrStdoutClosed)
+	}
 	r.c.executeNonce = r.nonce
 	err := r.c.write(request{
-		Type:            requestExecute,
-		Nonce:           r.nonce,
-		ExecutionID:     r.req.ExecutionID,
-		Script:          r.req.Script,
-		Timeout:         r.req.Timeout.Seconds(),
-		Mode:            r.req.Mode,
-		MaxOutputBytes:  r.req.MaxOutputBytes,
-		RequiredSecrets: r.req.RequiredSecrets,
-		TraceParent:     r.req.TraceParent,
-		TraceState:      r.req.TraceState,
+		Type:             requestExecute,
+		Nonce:            r.nonce,
+		ExecutionID:      r.req.ExecutionID,
+		Script:           r.req.Script,
+		Timeout:          r.req.Timeout.Seconds(),
+		Mode:             r.req.Mode,
+		MaxOutputBytes:   r.req.MaxOutputBytes,
+		RequiredSecrets:  r.req.RequiredSecrets,
+		TraceParent:      r.req.TraceParent,
+		TraceState:       r.req.TraceState,
+		Artifacts:        r.req.Artifacts,
+		MaxArtifacts:     r.req.MaxArtifacts,
+		MaxArtifactBytes: r.req.MaxArtifactBytes,
 	})
 	if err != nil {
 		return r.fail(ctx, wire.KindCrashed, ErrStdoutClosed)
@@ -170,30 +198,45 @@ func (r *run) run(ctx context.Context) error {
 
 	for !r.done {
 		l, err := r.c.next(wait)
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			return r.cancel(ctx)
-		case wait.Err() != nil:
-			return r.fail(ctx, wire.KindTimeout, "Timed out waiting for container response")
-		default:
-			return r.fail(ctx, wire.KindCrashed, ErrStdoutClosed)
+		if err != nil {
+			return r.streamEnded(ctx, wait, err)
 		}
 		r.res.OutputBytes += l.n
 		if l.oversize || r.res.OutputBytes > r.req.MaxOutputBytes {
 			return r.fail(ctx, wire.KindOutputLimit, fmt.Sprintf("Output limit exceeded: more than %d bytes", r.req.MaxOutputBytes))
 		}
 		ev, err := r.decode(l.b)
+		if err == nil {
+			err = r.openBlob(wait, &ev)
+		}
 		if err != nil {
 			return r.violate(ctx, err)
 		}
-		if err := r.deliver(ctx, ev); err != nil {
+		cbErr := r.deliver(ctx, ev)
+		if err := r.closeBlob(&ev); err != nil {
+			return r.streamEnded(ctx, wait, err)
+		}
+		if cbErr != nil {
 			r.cancelAfterCallback(ctx)
-			return err
+			return cbErr
 		}
 	}
 	r.res.Reusable = true
 	return nil
+}
+
+// streamEnded ends the run when no line came: ctx ended (a cancel), the host-side
+// deadline passed, the stream closed, or a blob broke the protocol.
+func (r *run) streamEnded(ctx, wait context.Context, err error) error {
+	switch {
+	case errors.Is(err, ErrProtocol):
+		return r.violate(ctx, err)
+	case ctx.Err() != nil:
+		return r.cancel(ctx)
+	case wait.Err() != nil:
+		return r.fail(ctx, wire.KindTimeout, "Timed out waiting for container response")
+	}
+	return r.fail(ctx, wire.KindCrashed, ErrStdoutClosed)
 }
 
 // decode returns the event of line b, or an ErrProtocol if b is not an event of this
@@ -208,7 +251,8 @@ func (r *run) decode(b []byte) (Event, error) {
 		return ev, fmt.Errorf("%w: a %s event of execution %q", ErrProtocol, ev.Type, truncate([]byte(ev.ExecutionID), 80))
 	}
 	switch ev.Type {
-	case wire.EventIntermediate, wire.EventLog, wire.EventStdout, wire.EventStderr, wire.EventFinalResult, wire.EventError:
+	case wire.EventIntermediate, wire.EventLog, wire.EventStdout, wire.EventStderr, wire.EventFinalResult, wire.EventError,
+		wire.EventArtifact, wire.EventDisplay:
 	case wire.EventScriptDone:
 		if ev.Nonce != r.nonce {
 			return ev, fmt.Errorf("%w: a script_done that does not carry the execute's nonce", ErrProtocol)
@@ -263,7 +307,7 @@ func (r *run) deliver(ctx context.Context, ev Event) error {
 				return err
 			}
 		}
-	case wire.EventStdout, wire.EventStderr:
+	case wire.EventStdout, wire.EventStderr, wire.EventArtifact, wire.EventDisplay:
 	default:
 		return nil // not part of an execution's stream
 	}
@@ -306,11 +350,21 @@ func (r *run) cancel(ctx context.Context) error {
 			continue
 		}
 		ev, err := r.decode(l.b)
+		if err == nil {
+			err = r.openBlob(wait, &ev)
+		}
 		if err != nil {
 			return r.violate(live, err)
 		}
-		if err := r.deliver(live, ev); err != nil {
-			return err
+		cbErr := r.deliver(live, ev)
+		if err := r.closeBlob(&ev); err != nil {
+			if errors.Is(err, ErrProtocol) {
+				return r.violate(live, err)
+			}
+			return r.fail(live, wire.KindCancelled, "Execution cancelled")
+		}
+		if cbErr != nil {
+			return cbErr
 		}
 	}
 	r.res.Reusable = true
@@ -339,7 +393,10 @@ func (r *run) cancelAfterCallback(ctx context.Context) {
 			return
 		}
 		ev, err := r.decode(l.b)
-		if err != nil {
+		if err == nil {
+			err = r.openBlob(wait, &ev)
+		}
+		if err != nil || r.closeBlob(&ev) != nil {
 			return
 		}
 		if ev.Type == wire.EventScriptDone {

@@ -2,13 +2,14 @@ package harness
 
 import (
 	"encoding/json"
+	"io"
 	"time"
 
 	"github.com/jazzmine/worker/wire"
 )
 
 // Version is the protocol version the embedded harness announces in its ready event.
-const Version = "1"
+const Version = "2"
 
 // Defaults of an execution, used where a Request leaves a field zero.
 const (
@@ -57,6 +58,8 @@ const (
 	requestCancel  = "cancel"
 	requestReset   = "reset"
 	requestPing    = "ping"
+	requestFile    = "file"
+	requestChunk   = "chunk"
 )
 
 // Event types and error kinds the harness shares with wire: wire's constants, one
@@ -70,6 +73,8 @@ const (
 	EventFinalResult   = wire.EventFinalResult
 	EventError         = wire.EventError
 	EventScriptDone    = wire.EventScriptDone
+	EventArtifact      = wire.EventArtifact
+	EventDisplay       = wire.EventDisplay
 	KindScript         = wire.KindScript
 	KindTimeout        = wire.KindTimeout
 	KindOutputLimit    = wire.KindOutputLimit
@@ -78,7 +83,17 @@ const (
 	KindCancelled      = wire.KindCancelled
 	KindMissingSecrets = wire.KindMissingSecrets
 	KindInfrastructure = wire.KindInfrastructure
+	KindInputFile      = wire.KindInputFile
+	KindArtifactLimit  = wire.KindArtifactLimit
 )
+
+// EventChunk is a line of the bytes of the artifact or display image whose line came
+// just before it (see [Event.Blob]); the harness sends input files to the harness the
+// same way.
+const EventChunk = "chunk"
+
+// ChunkBytes is the most bytes one chunk line carries, before base64.
+const ChunkBytes = 192 << 10
 
 // ErrStdoutClosed is the error text of an execution whose harness stream ended.
 const ErrStdoutClosed = "Container stdout closed unexpectedly"
@@ -102,6 +117,21 @@ type Event struct {
 	// Nonce is set on script_done, reset_done and pong: the nonce of the request they
 	// answer. The host takes none of them without it.
 	Nonce string `json:"nonce,omitempty"`
+	// Path (workspace-relative), ContentType and Size describe the file of an artifact
+	// event or the image of a display event. Size bytes follow as chunk lines, which
+	// the Executor hands over as Blob.
+	Path        string `json:"path,omitempty"`
+	ContentType string `json:"content_type,omitempty"`
+	Size        int64  `json:"size,omitempty"`
+	// Blob reads the Size bytes of an artifact, or of a display event's image (nil
+	// when it has none), from the stream, while the EventFunc runs: read it there, or
+	// the Executor skips what is left. It fails when the harness does not send them.
+	Blob io.Reader `json:"-"`
+}
+
+// hasBlob reports whether chunk lines follow ev.
+func (ev *Event) hasBlob() bool {
+	return (ev.Type == EventArtifact || ev.Type == EventDisplay && ev.Path != "") && ev.Size > 0
 }
 
 // Ready is the harness's first event: what it loaded.
@@ -135,4 +165,20 @@ type request struct {
 	RequiredSecrets []string `json:"required_secrets,omitempty"`
 	TraceParent     string   `json:"traceparent,omitempty"`
 	TraceState      string   `json:"tracestate,omitempty"`
+
+	// Of an execute: workspace paths to collect besides out/, and the artifact limits.
+	Artifacts        []string `json:"artifacts,omitempty"`
+	MaxArtifacts     int      `json:"max_artifacts,omitempty"`
+	MaxArtifactBytes int64    `json:"max_artifact_bytes,omitempty"`
+	// Of a chunk line: the bytes (base64 in JSON).
+	Data []byte `json:"data,omitempty"`
+}
+
+// fileRequest is the line that starts an input file: its chunk lines follow.
+type fileRequest struct {
+	Type        string `json:"type"`
+	ExecutionID string `json:"execution_id"`
+	Path        string `json:"path"`
+	Mode        int    `json:"mode,omitempty"`
+	Size        int64  `json:"size"`
 }

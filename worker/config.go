@@ -66,6 +66,10 @@ type Sandbox struct {
 	// MaxAckPending caps the sandbox's jobs in flight across the whole fleet (the
 	// durable consumer's MaxAckPending); zero means Slots, right for one worker.
 	MaxAckPending int
+	// MaxInputBytes bounds a job's input files added up: the size of the sandbox's
+	// workspace, which holds them. Zero leaves it to the harness, which fails the job
+	// when they do not fit.
+	MaxInputBytes int64
 }
 
 // Config configures a Worker. Dependencies are required unless said otherwise.

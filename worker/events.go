@@ -269,6 +269,9 @@ func fromHarness(ev harness.Event) (*wire.Event, bool) {
 		out.Text = ev.Text
 	case wire.EventError:
 		out.Error, out.Traceback, out.Kind = ev.Error, ev.Traceback, ev.Kind
+	case wire.EventDisplay:
+		out.Data = rawOrNil(ev.Data) // the text forms; files.put adds the image
+	case wire.EventArtifact: // files.put fills it in
 	default:
 		return nil, false
 	}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -29,13 +30,14 @@ type processor struct {
 	events  *events
 	cancels *canceller
 	running *registry
+	files   *files
 
 	jobs     context.Context // parent of every job it runs; ended by stop
 	stopJobs context.CancelFunc
 }
 
-func newProcessor(cfg *Config, tel *telemetry, ev *events, cancels *canceller, running *registry) *processor {
-	pr := &processor{cfg: cfg, log: cfg.Logger, tel: tel, events: ev, cancels: cancels, running: running}
+func newProcessor(cfg *Config, tel *telemetry, ev *events, cancels *canceller, running *registry, fs *files) *processor {
+	pr := &processor{cfg: cfg, log: cfg.Logger, tel: tel, events: ev, cancels: cancels, running: running, files: fs}
 	pr.jobs, pr.stopJobs = context.WithCancel(context.Background())
 	return pr
 }
@@ -159,12 +161,16 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 		return outCancelled, ""
 	}
 
+	inputs, err := pr.files.inputs(ctx, job, pr.maxInputBytes(sandbox))
+	if err != nil {
+		return pr.noInputs(ctx, p, sandbox, attempt, last, err, log)
+	}
 	lease, err := pr.checkout(ctx, sandbox)
 	if err != nil {
 		return pr.noContainer(ctx, p, sandbox, attempt, last, err, log)
 	}
 	defer lease.Release()
-	res, err := pr.run(ctx, lease, job, p, sandbox)
+	res, err := pr.run(ctx, lease, job, inputs, p, ref, attempt)
 	if pr.handOver(ctx, ref, res, err, log) {
 		return outHandedOver, ""
 	}
@@ -214,6 +220,31 @@ func (pr *processor) invalid(traced context.Context, job *wire.Job, ref execRef,
 	return outInvalid, truncateReason(err.Error())
 }
 
+// maxInputBytes is the most bytes of input files a job of the sandbox may bring.
+func (pr *processor) maxInputBytes(sandbox string) int64 {
+	for _, sb := range pr.cfg.Sandboxes {
+		if sb.Name == sandbox {
+			return sb.MaxInputBytes
+		}
+	}
+	return 0
+}
+
+// noInputs answers a job whose input files cannot be given to it: an input_file
+// error when an object is missing or the files are too large, else (the object store
+// failed) an infrastructure failure, retried like a missing container.
+func (pr *processor) noInputs(ctx context.Context, p *publisher, sandbox string, attempt int, last bool, err error, log *slog.Logger) (outcome, string) {
+	var ie *errInputFile
+	if !errors.As(err, &ie) {
+		return pr.noContainer(ctx, p, sandbox, attempt, last, err, log)
+	}
+	if perr := p.terminal(wire.KindInputFile, ie.msg); perr != nil {
+		log.Warn("publish the input file error", "execution_id", p.ref, "err", perr)
+		return outUnstored, truncateReason(ie.msg)
+	}
+	return outRan, ""
+}
+
 // checkout waits for a container of the sandbox, traced and measured.
 func (pr *processor) checkout(ctx context.Context, sandbox string) (*sandboxpool.Lease, error) {
 	cctx, cspan := pr.tel.tracer.Start(ctx, "checkout", trace.WithAttributes(attribute.String("jazzmine.sandbox", sandbox)))
@@ -247,17 +278,24 @@ func (pr *processor) noContainer(ctx context.Context, p *publisher, sandbox stri
 	return outInfrastructure, truncateReason(msg)
 }
 
-// run executes the job in the leased container, publishing its events as they come.
-func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wire.Job, p *publisher, sandbox string) (*harness.Result, error) {
+// run executes the job in the leased container, publishing its events as they come
+// and storing its artifacts and display images.
+func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wire.Job, inputs []harness.InputFile, p *publisher, ref execRef, attempt int) (*harness.Result, error) {
+	sandbox := job.Sandbox
 	_ = p.publish(&wire.Event{Type: wire.EventStarted, Sandbox: sandbox, ContainerID: lease.ContainerID()})
 	req := harness.Request{
-		ExecutionID:     job.ExecutionID,
-		Script:          job.Script,
-		Mode:            harness.Mode(job.Mode),
-		Timeout:         time.Duration(job.TimeoutSec * float64(time.Second)),
-		MaxOutputBytes:  job.MaxOutputBytes,
-		RequiredSecrets: job.RequiredSecrets,
+		ExecutionID:      job.ExecutionID,
+		Script:           job.Script,
+		Mode:             harness.Mode(job.Mode),
+		Timeout:          time.Duration(job.TimeoutSec * float64(time.Second)),
+		MaxOutputBytes:   job.MaxOutputBytes,
+		RequiredSecrets:  job.RequiredSecrets,
+		Files:            inputs,
+		Artifacts:        job.Artifacts,
+		MaxArtifacts:     job.MaxArtifacts,
+		MaxArtifactBytes: job.MaxArtifactBytes,
 	}
+	prefix := wire.ObjectPrefix(ref.key(), attempt)
 	if req.Timeout <= 0 {
 		req.Timeout = pr.cfg.DefaultTimeout
 	}
@@ -271,10 +309,13 @@ func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wir
 	tc := propagation.MapCarrier{}
 	pr.tel.prop.Inject(ectx, tc)
 	req.TraceParent, req.TraceState = tc["traceparent"], tc["tracestate"]
-	res, err := lease.Run(ectx, req, func(_ context.Context, hev harness.Event) error {
+	res, err := lease.Run(ectx, req, func(ctx context.Context, hev harness.Event) error {
 		ev, ok := fromHarness(hev)
 		if !ok {
 			return nil
+		}
+		if err := pr.files.put(ctx, prefix, hev, ev); err != nil {
+			return err
 		}
 		if ev.Type == wire.EventError && hev.Kind == wire.KindCancelled && handedOver(ctx) {
 			return nil // not cancelled: the job goes back to the queue (ended.go)

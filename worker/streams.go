@@ -43,6 +43,16 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create or update stream %s: %w", wire.StreamEvents, err)
 	}
+	w.files.store, err = w.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      wire.FilesBucket,
+		Description: "jazzmine input files, artifacts and display images; they expire with the events",
+		TTL:         c.EventsMaxAge,
+		Replicas:    c.Replicas,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return fmt.Errorf("create or update object store %s: %w", wire.FilesBucket, err)
+	}
 	for _, b := range []jetstream.KeyValueConfig{
 		{Bucket: BucketWorkers, Description: "live jazzmine workers", TTL: c.LivenessTTL, Replicas: c.Replicas, History: 1},
 		{Bucket: BucketCancels, Description: "cancelled jazzmine executions", TTL: c.EventsMaxAge, Replicas: c.Replicas, History: 1},

@@ -34,6 +34,7 @@ type Worker struct {
 	triage   *triage     // jobs for sandboxes no worker serves (triage.go)
 	live     *liveness   // BucketWorkers and BucketFleet (liveness.go)
 	bg       *background // cancels' and triage's work (background.go)
+	files    *files      // wire.FilesBucket: input files and artifacts (files.go)
 
 	mu      sync.Mutex // guards stopped
 	stopped bool
@@ -64,7 +65,8 @@ func New(cfg Config) (*Worker, error) {
 	w.bg = newBackground(cfg.Logger)
 	w.events = &events{js: js, nc: cfg.NATS, workerID: cfg.WorkerID}
 	w.cancels = &canceller{nc: cfg.NATS, js: js, workerID: cfg.WorkerID, log: cfg.Logger, events: w.events, running: running, bg: w.bg}
-	w.proc = newProcessor(&w.cfg, tel, w.events, w.cancels, running)
+	w.files = &files{}
+	w.proc = newProcessor(&w.cfg, tel, w.events, w.cancels, running, w.files)
 	w.producer = newProducer(cfg.Sandboxes, w.proc.handle, cfg.Logger)
 	w.triage = newTriage(js, cfg.Sandboxes, w.events, w.bg, cfg.Logger)
 	w.live = &liveness{id: cfg.WorkerID, ttl: cfg.LivenessTTL, log: cfg.Logger}

@@ -35,5 +35,5 @@ func poolSandbox(spec *imagebuild.Spec, img imagebuild.Image) sandboxpool.Sandbo
 
 // workerSandbox is what the worker needs of a pool sandbox: its slots are its capacity.
 func workerSandbox(sb sandboxpool.Sandbox) worker.Sandbox {
-	return worker.Sandbox{Name: sb.Name, Slots: sb.PoolSize + sb.MaxOverflow}
+	return worker.Sandbox{Name: sb.Name, Slots: sb.PoolSize + sb.MaxOverflow, MaxInputBytes: sb.WorkspaceBytes}
 }

@@ -37,9 +37,11 @@ func submit(ctx context.Context, args []string, getenv func(string) string, stdi
 	timeout := fs.Float64("timeout", 0, "script timeout in seconds (default: the worker's, 30)")
 	encoding := fs.String("encoding", "msgpack", "job encoding: msgpack or json")
 	asJSON := fs.Bool("json", false, "print each event as a JSON line instead of text")
-	var secrets, meta listFlag
+	var secrets, meta, files listFlag
 	fs.Var(&secrets, "secret", "a secret the script requires (repeatable)")
 	fs.Var(&meta, "meta", "metadata key=value echoed in every event (repeatable)")
+	fs.Var(&files, "file", "LOCAL[:PATH]: a local file the script finds at PATH in /workspace, its base name by default (repeatable)")
+	out := fs.String("out", "", "a directory to save the execution's artifacts and display images in, at their workspace paths")
 	auth := addNATSAuthFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2}
@@ -72,12 +74,62 @@ func submit(ctx context.Context, args []string, getenv func(string) string, stdi
 		job.Metadata[k] = v
 	}
 
-	return submitAndFollow(ctx, getenv("NATS_URL"), natsOpts, ct, job, *asJSON, stdout, stderr)
+	return submitAndFollow(ctx, getenv("NATS_URL"), natsOpts, ct, submission{job: job, files: files, out: *out}, *asJSON, stdout, stderr)
+}
+
+// submission is what submit sends: the job, the local files it brings (LOCAL[:PATH])
+// and where the artifacts go.
+type submission struct {
+	job   wire.Job
+	files []string
+	out   string
+}
+
+// addFiles adds the submission's local files to its job: inline when small, else
+// uploaded to the object store.
+func (s *submission) addFiles(ctx context.Context, c *client.Client) error {
+	for _, spec := range s.files {
+		local, path, _ := strings.Cut(spec, ":")
+		f, err := c.InputFile(ctx, local, path)
+		if err != nil {
+			return fmt.Errorf("--file %s: %w", spec, err)
+		}
+		s.job.Files = append(s.job.Files, f)
+	}
+	return nil
+}
+
+// save downloads the result's artifacts and display images into the out directory,
+// saying where each went.
+func (s *submission) save(ctx context.Context, c *client.Client, res *client.Result, stdout io.Writer) error {
+	if s.out == "" {
+		return nil
+	}
+	all := make([]*client.Artifact, 0, len(res.Artifacts)+len(res.Displays))
+	for i := range res.Artifacts {
+		all = append(all, &res.Artifacts[i])
+	}
+	for _, d := range res.Displays {
+		if d.Image != nil {
+			all = append(all, d.Image)
+		}
+	}
+	if err := os.MkdirAll(s.out, 0o755); err != nil {
+		return err
+	}
+	for _, a := range all {
+		path, err := c.Save(ctx, a, s.out)
+		if err != nil {
+			return fmt.Errorf("save %s: %w", a.Path, err)
+		}
+		fmt.Fprintf(stdout, "saved %s (%d bytes, %s)\n", path, a.Size, a.ContentType)
+	}
+	return nil
 }
 
 // submitAndFollow connects, submits job and prints its events until script_done;
 // an interrupt (ctx) cancels the execution and goes on printing how it ends.
-func submitAndFollow(ctx context.Context, url string, natsOpts []nats.Option, ct string, job wire.Job, asJSON bool, stdout, stderr io.Writer) error {
+func submitAndFollow(ctx context.Context, url string, natsOpts []nats.Option, ct string, s submission, asJSON bool, stdout, stderr io.Writer) error {
 	if url == "" {
 		url = "nats://" + defaultEmbeddedAddr
 	}
@@ -90,6 +142,10 @@ func submitAndFollow(ctx context.Context, url string, natsOpts []nats.Option, ct
 	if err != nil {
 		return &exitError{code: 3, err: err}
 	}
+	if err := s.addFiles(ctx, c); err != nil {
+		return &exitError{code: 3, err: err}
+	}
+	job := s.job
 	exe, err := c.Submit(ctx, job)
 	if err != nil {
 		if errors.Is(err, wire.ErrInvalidJob) {
@@ -109,6 +165,9 @@ func submitAndFollow(ctx context.Context, url string, natsOpts []nats.Option, ct
 			if !ok {
 				res, err := exe.Wait(context.Background())
 				if err != nil {
+					return err
+				}
+				if err := s.save(context.Background(), c, res, stdout); err != nil {
 					return err
 				}
 				if !res.Success {
@@ -197,6 +256,16 @@ func (p printer) print(ev *wire.Event) {
 		line("error", ev.Kind+": "+ev.Error)
 		if ev.Traceback != "" {
 			line("", ev.Traceback)
+		}
+	case wire.EventArtifact:
+		line("artifact", fmt.Sprintf("%s (%d bytes, %s, sha256 %.12s)", ev.Path, ev.Size, ev.ContentType, ev.SHA256))
+	case wire.EventDisplay:
+		forms, _ := ev.Data.(map[string]any)
+		if text, ok := forms["text/plain"].(string); ok {
+			line("display", text)
+		}
+		if ev.Object != "" {
+			line("", fmt.Sprintf("image %s (%d bytes, %s)", ev.Path, ev.Size, ev.ContentType))
 		}
 	case wire.EventScriptDone:
 		if ev.Success {

@@ -1,0 +1,188 @@
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/wire"
+)
+
+// InlineLimit is the largest file [Client.InputFile] puts in the job itself;
+// a larger one is uploaded to the object store bucket [wire.FilesBucket] and
+// named by reference.
+const InlineLimit = 64 << 10
+
+// Artifact is a file an execution left in its workspace (an artifact event),
+// or the image of a display event: stored in the object store bucket
+// [wire.FilesBucket] as Object; [Client.Download] reads it.
+type Artifact struct {
+	// Path is where the file was, relative to the workspace ("out/chart.png",
+	// "display/1.png").
+	Path string
+	// Object is the name of its object in [wire.FilesBucket].
+	Object string
+	// Size is its size in bytes and SHA256 its SHA-256, in hex.
+	Size   int64
+	SHA256 string
+	// ContentType is its MIME type, as the sandbox guessed it from its name.
+	ContentType string
+}
+
+// Display is what a script displayed (display(obj), a matplotlib figure).
+type Display struct {
+	// Data maps MIME types to the text forms of the object: "text/plain"
+	// always, and "text/html", "text/markdown" when it has them.
+	Data map[string]string
+	// Image is its image, PNG, JPEG or SVG, when it has one.
+	Image *Artifact
+}
+
+func artifactOf(ev *wire.Event) *Artifact {
+	return &Artifact{Path: ev.Path, Object: ev.Object, Size: ev.Size, SHA256: ev.SHA256, ContentType: ev.ContentType}
+}
+
+func displayOf(ev *wire.Event) Display {
+	d := Display{Data: map[string]string{}}
+	if m, ok := ev.Data.(map[string]any); ok {
+		for k, v := range m {
+			if s, ok := v.(string); ok {
+				d.Data[k] = s
+			}
+		}
+	}
+	if ev.Object != "" {
+		d.Image = artifactOf(ev)
+	}
+	return d
+}
+
+// files returns the object store bucket of files, looked up once.
+func (c *Client) files(ctx context.Context) (jetstream.ObjectStore, error) {
+	c.filesMu.Lock()
+	defer c.filesMu.Unlock()
+	if c.filesStore != nil {
+		return c.filesStore, nil
+	}
+	store, err := c.js.ObjectStore(ctx, wire.FilesBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, errorf(ErrNoStream, "object store bucket %s not found: is a jazzmine worker running against this NATS server? (%w)", wire.FilesBucket, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("object store bucket %s: %w", wire.FilesBucket, err)
+	}
+	c.filesStore = store
+	return store, nil
+}
+
+// PutFile streams r into the object store bucket [wire.FilesBucket] as
+// object name, for a job to name in a [wire.File]'s Object. The object
+// expires with the bucket's TTL (the events' max age, one hour by default).
+func (c *Client) PutFile(ctx context.Context, name string, r io.Reader) error {
+	store, err := c.files(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := store.Put(ctx, jetstream.ObjectMeta{Name: name}, r); err != nil {
+		return fmt.Errorf("put object %q: %w", name, err)
+	}
+	return nil
+}
+
+// InputFile makes the input file of a job from the local file at local, to be
+// written at path in the workspace (its base name when path is empty), with
+// the local file's permission bits. A file up to [InlineLimit] goes in the
+// job; a larger one is streamed into [wire.FilesBucket] under a new name.
+func (c *Client) InputFile(ctx context.Context, local, path string) (wire.File, error) {
+	if path == "" {
+		path = filepath.Base(local)
+	}
+	f, err := os.Open(local)
+	if err != nil {
+		return wire.File{}, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return wire.File{}, err
+	}
+	if !st.Mode().IsRegular() {
+		return wire.File{}, fmt.Errorf("input file %s is not a regular file", local)
+	}
+	file := wire.File{Path: path, Mode: int(st.Mode().Perm())}
+	if st.Size() <= InlineLimit {
+		file.Data, err = io.ReadAll(f)
+		if file.Data == nil {
+			file.Data = []byte{}
+		}
+		return file, err
+	}
+	file.Object = "uploads/" + NewExecutionID() + "/" + filepath.Base(local)
+	return file, c.PutFile(ctx, file.Object, f)
+}
+
+// Download streams the object of an artifact or a display image into w,
+// and checks its size and SHA-256 against a's.
+func (c *Client) Download(ctx context.Context, a *Artifact, w io.Writer) error {
+	store, err := c.files(ctx)
+	if err != nil {
+		return err
+	}
+	obj, err := store.Get(ctx, a.Object)
+	if err != nil {
+		return fmt.Errorf("get object %q: %w", a.Object, err)
+	}
+	defer obj.Close()
+	h := newSHA256()
+	n, err := io.Copy(io.MultiWriter(w, h), obj)
+	if err != nil {
+		return fmt.Errorf("read object %q: %w", a.Object, err)
+	}
+	if n != a.Size || h.hex() != a.SHA256 {
+		return fmt.Errorf("object %q is %d bytes with SHA-256 %s, not the %d bytes and %s its event announced", a.Object, n, h.hex(), a.Size, a.SHA256)
+	}
+	return nil
+}
+
+// Save downloads the object of a into dir, at its workspace path, creating
+// the directories it needs, and returns the file's path. The path is checked
+// to stay inside dir.
+func (c *Client) Save(ctx context.Context, a *Artifact, dir string) (string, error) {
+	if err := wire.ValidatePath("artifact path", a.Path); err != nil {
+		return "", err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return "", err
+	}
+	defer root.Close()
+	if d := filepath.Dir(a.Path); d != "." {
+		if err := root.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	f, err := root.Create(a.Path)
+	if err != nil {
+		return "", err
+	}
+	err = c.Download(ctx, a, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return filepath.Join(dir, a.Path), err
+}
+
+// sha256Writer hashes what is written to it.
+type sha256Writer struct{ hash.Hash }
+
+func newSHA256() sha256Writer { return sha256Writer{sha256.New()} }
+
+func (h sha256Writer) hex() string { return hex.EncodeToString(h.Sum(nil)) }

@@ -1,0 +1,91 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/harness"
+	"github.com/jazzmine/worker/wire"
+)
+
+// files is the worker's side of the files contract: it reads a job's input files
+// from the object store bucket wire.FilesBucket (or the job itself) and stores the
+// artifacts and display images of an execution there, each streamed, never whole in
+// memory.
+type files struct {
+	store jetstream.ObjectStore // set by ensureStreams
+}
+
+// errInputFile is the failure of a job whose input files cannot be given to it: an
+// object that is missing, or more bytes than the sandbox's workspace holds.
+type errInputFile struct{ msg string }
+
+func (e *errInputFile) Error() string { return e.msg }
+
+// inputs returns the job's input files for the harness, each opened when it is sent.
+// Objects are looked up now, before a container is taken: a missing one, or files
+// larger than limit added up (when limit > 0), is an *errInputFile.
+func (f *files) inputs(ctx context.Context, job *wire.Job, limit int64) ([]harness.InputFile, error) {
+	if len(job.Files) == 0 {
+		return nil, nil
+	}
+	out := make([]harness.InputFile, 0, len(job.Files))
+	var total int64
+	for _, jf := range job.Files {
+		in := harness.InputFile{Path: jf.Path, Mode: jf.Mode, Size: int64(len(jf.Data))}
+		if jf.Object == "" {
+			data := jf.Data
+			in.Open = func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+		} else {
+			info, err := f.store.GetInfo(ctx, jf.Object)
+			if errors.Is(err, jetstream.ErrObjectNotFound) {
+				return nil, &errInputFile{fmt.Sprintf("input file %s: object %q is not in the bucket %s", jf.Path, jf.Object, wire.FilesBucket)}
+			}
+			if err != nil {
+				return nil, fmt.Errorf("input file %s: look up object %q: %w", jf.Path, jf.Object, err)
+			}
+			in.Size = int64(info.Size)
+			name := jf.Object
+			in.Open = func(ctx context.Context) (io.ReadCloser, error) { return f.store.Get(ctx, name) }
+		}
+		total += in.Size
+		out = append(out, in)
+	}
+	if limit > 0 && total > limit {
+		return nil, &errInputFile{fmt.Sprintf("input files are %d bytes in all, more than the workspace of this sandbox holds (%d bytes)", total, limit)}
+	}
+	return out, nil
+}
+
+// put stores the file of an artifact event, or the image of a display event, under
+// prefix and its workspace path, and fills ev with the object's name, size, SHA-256
+// and content type. A display without an image has nothing to store.
+func (f *files) put(ctx context.Context, prefix string, hev harness.Event, ev *wire.Event) error {
+	if hev.Type == wire.EventDisplay && hev.Path == "" {
+		return nil
+	}
+	body := hev.Blob
+	if body == nil {
+		body = bytes.NewReader(nil)
+	}
+	sum := sha256.New()
+	meta := jetstream.ObjectMeta{Name: prefix + hev.Path}
+	if hev.ContentType != "" {
+		meta.Headers = nats.Header{"Content-Type": []string{hev.ContentType}}
+	}
+	info, err := f.store.Put(ctx, meta, io.TeeReader(body, sum))
+	if err != nil {
+		return fmt.Errorf("store %s %s: %w", hev.Type, hev.Path, err)
+	}
+	ev.Path, ev.Object, ev.Size, ev.ContentType = hev.Path, info.Name, int64(info.Size), hev.ContentType
+	ev.SHA256 = hex.EncodeToString(sum.Sum(nil))
+	return nil
+}
