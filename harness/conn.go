@@ -156,7 +156,11 @@ func (c *Conn) writeLine(typ string, v any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s request: %w", typ, err)
 	}
-	b = append(b, '\n')
+	return c.writeRaw(typ, append(b, '\n'))
+}
+
+// writeRaw sends b, a request line of type typ with its newline.
+func (c *Conn) writeRaw(typ string, b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if _, err := c.w.Write(b); err != nil {

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,16 +33,23 @@ func (e *inputError) Error() string { return e.msg }
 // chunk lines of at most ChunkBytes. The harness writes them at its own pace: a write
 // blocks while it is behind, so a file is never held whole here.
 func (r *run) sendInputs(ctx context.Context) error {
+	if len(r.req.Files) == 0 {
+		return nil
+	}
 	buf := make([]byte, ChunkBytes)
+	id, _ := json.Marshal(r.req.ExecutionID)
+	line := make([]byte, 0, 64+len(id)+base64.StdEncoding.EncodedLen(ChunkBytes))
 	for _, f := range r.req.Files {
-		if err := r.sendInput(ctx, f, buf); err != nil {
+		if err := r.sendInput(ctx, f, buf, line, id); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (r *run) sendInput(ctx context.Context, f InputFile, buf []byte) error {
+// sendInput sends one input file: its line, then its bytes as chunk lines, each
+// encoded into line (whose capacity holds one) with the JSON-quoted execution id.
+func (r *run) sendInput(ctx context.Context, f InputFile, buf, line, id []byte) error {
 	rc, err := f.Open(ctx)
 	if err != nil {
 		return &inputError{fmt.Sprintf("input file %s: %v", f.Path, err)}
@@ -56,7 +64,9 @@ func (r *run) sendInput(ctx context.Context, f InputFile, buf []byte) error {
 			return &inputError{fmt.Sprintf("input file %s: reading it after %d of %d bytes: %v", f.Path, f.Size-left, f.Size, err)}
 		}
 		left -= int64(n)
-		if err := r.c.write(request{Type: requestChunk, ExecutionID: r.req.ExecutionID, Data: buf[:n]}); err != nil {
+		line = append(append(append(line[:0], `{"type":"chunk","execution_id":`...), id...), `,"data":"`...)
+		line = append(base64.StdEncoding.AppendEncode(line, buf[:n]), "\"}\n"...)
+		if err := r.c.writeRaw(requestChunk, line); err != nil {
 			return err
 		}
 	}

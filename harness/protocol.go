@@ -170,8 +170,6 @@ type request struct {
 	Artifacts        []string `json:"artifacts,omitempty"`
 	MaxArtifacts     int      `json:"max_artifacts,omitempty"`
 	MaxArtifactBytes int64    `json:"max_artifact_bytes,omitempty"`
-	// Of a chunk line: the bytes (base64 in JSON).
-	Data []byte `json:"data,omitempty"`
 }
 
 // fileRequest is the line that starts an input file: its chunk lines follow.

@@ -24,6 +24,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/jazzmine/worker/imagebuild"
+	"github.com/jazzmine/worker/internal/sandboxspec"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/worker"
 )
@@ -189,9 +190,9 @@ func (m *member) run(ctx context.Context, warm chan struct{}) error {
 	}
 	wcfg := worker.Config{NATS: m.nc, WorkerID: m.id, Logger: m.log}
 	for _, name := range m.cfg.Names() {
-		sb := poolSandbox(m.cfg.Sandboxes[name], m.images[name])
+		sb := sandboxspec.Pool(m.cfg.Sandboxes[name], m.images[name])
 		poolCfg.Sandboxes = append(poolCfg.Sandboxes, sb)
-		wcfg.Sandboxes = append(wcfg.Sandboxes, workerSandbox(sb))
+		wcfg.Sandboxes = append(wcfg.Sandboxes, sandboxspec.Worker(sb))
 	}
 	if err := setUpEgress(ctx, m.docker, m.builder, m.cfg, poolCfg.Sandboxes, m.log); err != nil {
 		return err

@@ -29,9 +29,8 @@ var (
 	dockerCli  *client.Client
 	dockerErr  error
 
-	imageOnce sync.Once
-	image     imagebuild.Image
-	imageErr  error
+	imagesMu sync.Mutex                  // guards images
+	images   = map[string]*exampleImage{} // by sandbox name
 
 	binMu  sync.Mutex           // guards binDir and bins
 	binDir string               // holds the binaries StaticBinary built; removed by Main
@@ -123,30 +122,55 @@ func ExampleConfig(t testing.TB) *imagebuild.Config {
 	return cfg
 }
 
+// exampleImage is the image of one sandbox of the example config, built once.
+type exampleImage struct {
+	once  sync.Once
+	image imagebuild.Image
+	err   error
+}
+
 // SandboxImage is the image of the example config's "default" sandbox, built once
 // per test binary (and only when its checksum changed) from the base image.
 func SandboxImage(t testing.TB) imagebuild.Image {
 	t.Helper()
+	return SandboxImageOf(t, "default")
+}
+
+// SandboxImageOf is SandboxImage for the example config's sandbox name.
+func SandboxImageOf(t testing.TB, name string) imagebuild.Image {
+	t.Helper()
 	cli := Docker(t)
-	imageOnce.Do(func() {
+	imagesMu.Lock()
+	img := images[name]
+	if img == nil {
+		img = &exampleImage{}
+		images[name] = img
+	}
+	imagesMu.Unlock()
+	img.once.Do(func() {
 		cfg, err := imagebuild.LoadConfig(ExampleConfigPath())
 		if err != nil {
-			imageErr = err
+			img.err = err
+			return
+		}
+		spec := cfg.Sandboxes[name]
+		if spec == nil {
+			img.err = fmt.Errorf("the example config has no sandbox %q", name)
 			return
 		}
 		b, err := imagebuild.NewBuilder(imagebuild.BuilderConfig{Docker: cli, Progress: os.Stderr})
 		if err != nil {
-			imageErr = err
+			img.err = err
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		image, imageErr = b.Ensure(ctx, cfg.Sandboxes["default"])
+		img.image, img.err = b.Ensure(ctx, spec)
 	})
-	if imageErr != nil {
-		t.Fatalf("build the example sandbox image: %v", imageErr)
+	if img.err != nil {
+		t.Fatalf("build the example sandbox image %s: %v", name, img.err)
 	}
-	return image
+	return img.image
 }
 
 // NATS starts an in-process NATS server with JetStream on a free loopback port, with

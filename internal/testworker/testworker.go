@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jazzmine/worker/internal/sandboxspec"
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/worker"
@@ -31,13 +32,16 @@ type Options struct {
 	// NoPool leaves the pool unstarted: the worker answers only deliveries that need
 	// no container.
 	NoPool bool
+	// Spec, when set, names a sandbox of the example config to run as it is
+	// configured there (image, environment, resources); Sandbox's pool size and
+	// overflow, when not zero, replace its own.
+	Spec string
 }
 
 // Start runs a worker on nc until the end of the test, and stops it and its pool
 // then. It fails the test if either cannot start.
 func Start(t testing.TB, nc *nats.Conn, o Options) (*worker.Worker, *sandboxpool.Pool) {
 	t.Helper()
-	img := testenv.SandboxImage(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -46,8 +50,7 @@ func Start(t testing.TB, nc *nats.Conn, o Options) (*worker.Worker, *sandboxpool
 	if id == "" {
 		id = fmt.Sprintf("test-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
 	}
-	sb := o.Sandbox
-	sb.Name, sb.Image, sb.Checksum = "default", img.Tag, img.Checksum
+	sb := o.sandbox(t)
 	pcfg := sandboxpool.Config{Docker: testenv.Docker(t), WorkerID: id, Sandboxes: []sandboxpool.Sandbox{sb}, WorkerAlive: worker.WorkerAlive(js)}
 	if o.Pool != nil {
 		o.Pool(&pcfg)
@@ -56,7 +59,7 @@ func Start(t testing.TB, nc *nats.Conn, o Options) (*worker.Worker, *sandboxpool
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := worker.Config{NATS: nc, Pool: pool, WorkerID: id, Sandboxes: []worker.Sandbox{{Name: sb.Name, Slots: sb.PoolSize + sb.MaxOverflow}}}
+	cfg := worker.Config{NATS: nc, Pool: pool, WorkerID: id, Sandboxes: []worker.Sandbox{sandboxspec.Worker(sb)}}
 	if o.Worker != nil {
 		o.Worker(&cfg)
 	}
@@ -85,4 +88,22 @@ func Start(t testing.TB, nc *nats.Conn, o Options) (*worker.Worker, *sandboxpool
 		}
 	}
 	return w, pool
+}
+
+// sandbox is the pool sandbox the options describe, its image built.
+func (o *Options) sandbox(t testing.TB) sandboxpool.Sandbox {
+	if o.Spec == "" {
+		img := testenv.SandboxImage(t)
+		sb := o.Sandbox
+		sb.Name, sb.Image, sb.Checksum = "default", img.Tag, img.Checksum
+		return sb
+	}
+	sb := sandboxspec.Pool(testenv.ExampleConfig(t).Sandboxes[o.Spec], testenv.SandboxImageOf(t, o.Spec))
+	if o.Sandbox.PoolSize != 0 {
+		sb.PoolSize = o.Sandbox.PoolSize
+	}
+	if o.Sandbox.MaxOverflow != 0 {
+		sb.MaxOverflow = o.Sandbox.MaxOverflow
+	}
+	return sb
 }

@@ -1,4 +1,7 @@
-package main
+// Package sandboxspec turns a sandbox of the config file, with its built image, into
+// what the pool runs and what the worker serves: the glue of cmd/worker, shared with
+// the tests that run the example config's sandboxes.
+package sandboxspec
 
 import (
 	"github.com/jazzmine/worker/imagebuild"
@@ -6,9 +9,9 @@ import (
 	"github.com/jazzmine/worker/worker"
 )
 
-// poolSandbox turns a sandbox of the config file, with its built image, into what the
-// pool runs.
-func poolSandbox(spec *imagebuild.Spec, img imagebuild.Image) sandboxpool.Sandbox {
+// Pool turns a sandbox of the config file, with its built image, into what the pool
+// runs.
+func Pool(spec *imagebuild.Spec, img imagebuild.Image) sandboxpool.Sandbox {
 	sb := sandboxpool.Sandbox{
 		Name:           spec.Name,
 		Image:          img.Tag,
@@ -33,7 +36,8 @@ func poolSandbox(spec *imagebuild.Spec, img imagebuild.Image) sandboxpool.Sandbo
 	return sb
 }
 
-// workerSandbox is what the worker needs of a pool sandbox: its slots are its capacity.
-func workerSandbox(sb sandboxpool.Sandbox) worker.Sandbox {
+// Worker is what the worker needs of a pool sandbox: its slots are its capacity, and
+// its workspace bounds a job's input files.
+func Worker(sb sandboxpool.Sandbox) worker.Sandbox {
 	return worker.Sandbox{Name: sb.Name, Slots: sb.PoolSize + sb.MaxOverflow, MaxInputBytes: sb.WorkspaceBytes}
 }
