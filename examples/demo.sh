@@ -47,6 +47,11 @@ run 0 "an async tool called as a plain function" examples/jobs/2_async_tool.py
 run 1 "an exception, with the script's traceback" examples/jobs/3_exception.py
 run 1 "a timeout" --timeout 1 examples/jobs/4_timeout.py
 run 0 "the same, as raw JSON events (what an agent reads)" --json --encoding json -e 'emit_result({"ok": True})'
+out=demo-out # kept after the demo, to look at the chart
+rm -rf "$out"
+run 0 "a CSV in, a table and a chart out (pandas and matplotlib)" --sandbox datascience \
+  --file examples/data/sales.csv:data/sales.csv --out "$out" examples/jobs/5_csv_chart.py
+echo "   kept in $out/ after the demo: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"
 
 echo
 echo "demo: stopping the worker"

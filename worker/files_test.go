@@ -37,13 +37,20 @@ func newFilesAgent(t *testing.T, nc *nats.Conn) *filesAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	store, err := js.ObjectStore(ctx, wire.FilesBucket)
-	if err != nil {
-		t.Fatalf("the worker made no bucket %s: %v", wire.FilesBucket, err)
+	// A worker that runs as a process of its own may take a while to make the bucket.
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		store, err := js.ObjectStore(ctx, wire.FilesBucket)
+		cancel()
+		switch {
+		case err == nil:
+			return &filesAgent{t: t, c: c, store: store}
+		case time.Now().After(deadline):
+			t.Fatalf("no worker made the bucket %s: %v", wire.FilesBucket, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	return &filesAgent{t: t, c: c, store: store}
 }
 
 func (a *filesAgent) run(job wire.Job) *client.Result {
