@@ -3,6 +3,13 @@
 GO          ?= go
 PYTHON      ?= python3
 BASE_IMAGE  ?= jazzmine-python-base:bookworm
+# The datascience sandbox's base (examples/config.yaml): the base image's packages and these.
+# OpenBLAS serial, not the reference BLAS numpy would get: faster matrix products, and no
+# threads of its own in a harness that forks scripts from a zygote. python3-munkres answers
+# python3-fonttools's "python3-scipy | python3-munkres", which apt would otherwise answer
+# with scipy, whose python3-pythran depends on g++.
+DATASCIENCE_IMAGE    ?= jazzmine-python-datascience:bookworm
+DATASCIENCE_PACKAGES ?= python3-numpy python3-pandas python3-matplotlib libopenblas0-serial python3-munkres
 GOTESTFLAGS ?=
 # Fuzz budgets in executions, a few seconds to 20 s each here. Counts, not durations: a duration
 # races Go 1.26's fuzz coordinator at its deadline (golang/go#75804) and fails spuriously.
@@ -13,7 +20,7 @@ FUZZ_SLOW   ?= 30000x
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build the worker binary into bin/worker
@@ -22,6 +29,11 @@ build: ## Build the worker binary into bin/worker
 .PHONY: base-image
 base-image: ## Build the Python base image from Debian packages (mmdebstrap + docker import); no registry needed
 	BASE_IMAGE=$(BASE_IMAGE) ./deploy/base-image/build.sh
+
+.PHONY: datascience-image
+datascience-image: ## Build the datascience sandbox's base image: the base image's packages with numpy, pandas, matplotlib (Agg)
+	BASE_IMAGE=$(DATASCIENCE_IMAGE) EXTRA_PACKAGES="$(DATASCIENCE_PACKAGES)" EXTRA_ENV=MPLBACKEND=Agg \
+	  SMOKE_TEST=deploy/base-image/datascience-smoke.py ./deploy/base-image/build.sh
 
 .PHONY: lint
 lint: ## gofmt, go vet, and a syntax check of the harness
@@ -46,14 +58,14 @@ fuzz: ## A short run of every fuzz target (FUZZ_FAST or FUZZ_SLOW executions eac
 	$(GO) test -run '^$$' -fuzz '^FuzzDemux$$' -fuzztime $(FUZZ_FAST) ./sandboxpool/
 
 .PHONY: test
-test: lint base-image test-python test-go fuzz ## Everything CI runs: lint, base image, Python and Go tests, a short fuzz run
+test: lint base-image datascience-image test-python test-go fuzz ## Everything CI runs: lint, base images, Python and Go tests, a short fuzz run
 
 .PHONY: run
-run: base-image build ## Run the worker with the example config and the embedded NATS server (127.0.0.1:4222)
+run: base-image datascience-image build ## Run the worker with the example config and the embedded NATS server (127.0.0.1:4222)
 	./bin/worker serve --config examples/config.yaml
 
 .PHONY: demo
-demo: base-image build ## Build what is needed, start a worker, submit example jobs, show their events, stop
+demo: base-image datascience-image build ## Build what is needed, start a worker, submit example jobs, show their events, stop
 	./examples/demo.sh
 
 BENCH_OUT   ?= bench-out

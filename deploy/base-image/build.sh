@@ -6,6 +6,11 @@
 #
 # Environment:
 #   BASE_IMAGE            tag to build (default jazzmine-python-base:bookworm)
+#   EXTRA_PACKAGES        Debian packages to install on top of PACKAGES below,
+#                         separated by spaces or commas (default none)
+#   EXTRA_ENV             NAME=value words added to the image's ENV (default none)
+#   SMOKE_TEST            a Python file the image must run after the import, as
+#                         uid 1000 with --read-only --tmpfs /tmp --network none
 #   FORCE=1               rebuild even if BASE_IMAGE already exists
 #   DEBIAN_MIRROR         override the archive URI read from the host's apt sources
 #   DEBIAN_SECURITY_MIRROR  override the security URI ("none" to leave it out)
@@ -28,6 +33,10 @@ PACKAGES=(
   ca-certificates
   procps
 )
+extra="${EXTRA_PACKAGES:-}"
+read -r -a EXTRA <<<"${extra//,/ }"
+read -r -a ENVS <<<"${EXTRA_ENV:-}"
+SMOKE_TEST="${SMOKE_TEST:-}"
 
 # Must not end up in the image (the sandbox image build removes them anyway;
 # the base should not carry them in the first place).
@@ -47,6 +56,14 @@ if [ "${FORCE:-0}" != 1 ] && docker image inspect "$BASE_IMAGE" >/dev/null 2>&1;
   log "$BASE_IMAGE already exists (${id}); nothing to do (FORCE=1 rebuilds)"
   exit 0
 fi
+
+for p in "${EXTRA[@]}"; do
+  [[ "$p" =~ ^[a-z0-9][a-z0-9+.-]+$ ]] || die "EXTRA_PACKAGES: '$p' is not a Debian package name"
+done
+for e in "${ENVS[@]}"; do
+  [[ "$e" =~ ^[A-Za-z_][A-Za-z0-9_]*=[^\"\\]*$ ]] || die "EXTRA_ENV: '$e' is not NAME=value (no quotes or backslashes)"
+done
+[ -z "$SMOKE_TEST" ] || [ -f "$SMOKE_TEST" ] || die "SMOKE_TEST: no such file: $SMOKE_TEST"
 
 command -v mmdebstrap >/dev/null 2>&1 \
   || die "mmdebstrap is not installed; install it with: apt-get update && apt-get install -y mmdebstrap"
@@ -134,6 +151,7 @@ start=$(date +%s)
 log "building $BASE_IMAGE from Debian $SUITE (mode $MODE)"
 for m in "${mirrors[@]}"; do log "  source: $m"; done
 log "  packages: minbase + ${PACKAGES[*]}"
+[ ${#EXTRA[@]} -eq 0 ] || log "  extra packages: ${EXTRA[*]}"
 
 forbidden_check='for b in '"${FORBIDDEN[*]}"'; do
   for d in usr/bin usr/sbin bin sbin usr/local/bin; do
@@ -146,7 +164,7 @@ TMPDIR="$workdir" mmdebstrap \
   --variant=minbase \
   --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
   --format=tar \
-  --include="$(IFS=,; echo "${PACKAGES[*]}")" \
+  --include="$(IFS=,; echo "${PACKAGES[*]}${EXTRA[*]:+,${EXTRA[*]}}")" \
   --aptopt='Acquire::Languages "none"' \
   "${aptopts[@]}" \
   --dpkgopt='path-exclude=/usr/share/doc/*' \
@@ -162,7 +180,7 @@ TMPDIR="$workdir" mmdebstrap \
   --customize-hook='rm -rf "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old' \
   --customize-hook='sed -i -E "/^Acquire::(https?::Proxy|Check-Valid-Until|Check-Date) /d" "$1/etc/apt/apt.conf.d/99mmdebstrap"' \
   --customize-hook="$forbidden_check" \
-  --customize-hook='dpkg-query --admindir="$1/var/lib/dpkg" -W -f "\${Package} \${Version}\n" python3 python3.11 python3-pip > "$1/tmp/jazzmine-versions"' \
+  --customize-hook='dpkg-query --admindir="$1/var/lib/dpkg" -W -f "\${Package} \${Version}\n" python3 python3.11 python3-pip '"${EXTRA[*]}"' > "$1/tmp/jazzmine-versions"' \
   --customize-hook="copy-out /tmp/jazzmine-versions $workdir" \
   "$SUITE" "$workdir/rootfs.tar" "${mirrors[@]}"
 
@@ -171,6 +189,17 @@ log "rootfs tarball: $(du -h "$workdir/rootfs.tar" | cut -f1)"
 
 python_version=$(awk '$1 == "python3.11" { print $2 }' "$workdir/jazzmine-versions" 2>/dev/null || true)
 pip_version=$(awk '$1 == "python3-pip" { print $2 }' "$workdir/jazzmine-versions" 2>/dev/null || true)
+# The extra packages as name=version, for a label.
+extra_versions=""
+for p in "${EXTRA[@]}"; do
+  v=$(awk -v p="$p" '$1 == p { print $2 }' "$workdir/jazzmine-versions" 2>/dev/null || true)
+  extra_versions+="${extra_versions:+ }$p=${v:-unknown}"
+done
+changes=()
+[ -z "$extra_versions" ] || changes+=(--change "LABEL jazzmine.base.extra=\"$extra_versions\"")
+for e in "${ENVS[@]}"; do changes+=(--change "ENV $e"); done
+title="${BASE_IMAGE##*/}"; title="${title%%:*}"
+description="Debian $SUITE with python3 and pip${EXTRA[*]:+ and ${EXTRA[*]}}, built by mmdebstrap"
 
 old_id=$(docker image inspect --format '{{.Id}}' "$BASE_IMAGE" 2>/dev/null || true)
 
@@ -186,10 +215,11 @@ new_id=$(docker import \
   --change "LABEL jazzmine.base.suite=$SUITE" \
   --change "LABEL jazzmine.base.python=${python_version:-unknown}" \
   --change "LABEL jazzmine.base.pip=${pip_version:-unknown}" \
-  --change 'LABEL org.opencontainers.image.title=jazzmine-python-base' \
-  --change "LABEL org.opencontainers.image.description=\"Debian $SUITE with python3 and pip, built by mmdebstrap\"" \
+  "${changes[@]}" \
+  --change "LABEL org.opencontainers.image.title=$title" \
+  --change "LABEL org.opencontainers.image.description=\"$description\"" \
   --change 'CMD ["python3"]' \
-  --message "jazzmine base image: Debian $SUITE minbase + ${PACKAGES[*]}" \
+  --message "jazzmine base image: Debian $SUITE minbase + ${PACKAGES[*]}${EXTRA[*]:+ ${EXTRA[*]}}" \
   "$workdir/rootfs.tar" "$BASE_IMAGE")
 
 # A forced rebuild leaves the previous image untagged; drop it if nothing uses it.
@@ -201,11 +231,23 @@ if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
   fi
 fi
 
+# An image that fails a smoke test is untagged again, so that the next run builds it
+# rather than finding it.
+smoke() {
+  "$@" >&2 && return 0
+  docker image rm "$BASE_IMAGE" >/dev/null 2>&1 || true
+  die "$BASE_IMAGE failed its smoke test; removed it"
+}
 log "smoke test"
-docker run --rm --network none "$BASE_IMAGE" \
-  python3 -c 'import sys, pip, ssl, venv; print("python", sys.version.split()[0], "pip", pip.__version__)' >&2
-docker run --rm --network none --user 1000:1000 "$BASE_IMAGE" \
-  python3 -c 'import os; assert os.getuid() == 1000; print("non-root python3 ok")' >&2
+smoke docker run --rm --network none "$BASE_IMAGE" \
+  python3 -c 'import sys, pip, ssl, venv; print("python", sys.version.split()[0], "pip", pip.__version__)'
+smoke docker run --rm --network none --user 1000:1000 "$BASE_IMAGE" \
+  python3 -c 'import os; assert os.getuid() == 1000; print("non-root python3 ok")'
+if [ -n "$SMOKE_TEST" ]; then
+  log "smoke test: $SMOKE_TEST (uid 1000, read-only root, tmpfs /tmp, no network)"
+  smoke docker run --rm -i --network none --read-only --tmpfs /tmp:rw,size=64m --user 1000:1000 "$BASE_IMAGE" \
+    python3 - <"$SMOKE_TEST"
+fi
 
 size=$(docker image inspect --format '{{.Size}}' "$BASE_IMAGE")
 log "built $BASE_IMAGE"
