@@ -89,7 +89,8 @@ type Spec struct {
 	// Secrets are the names of the secrets given to the container as environment
 	// variables.
 	Secrets []string
-	// Env are plain environment variables of the container.
+	// Env are plain environment variables of the container. JAZZMINE_* names are
+	// the harness's and refused, except its settings (JAZZMINE_PRELOAD).
 	Env map[string]string
 	// Runtime is the OCI runtime of the containers (e.g. runsc); empty means
 	// Docker's default.

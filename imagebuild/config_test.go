@@ -85,7 +85,7 @@ sandboxes:
     requirements: ["mypkg==0.1"]
     wheelhouse: wheels
     secrets: [STRIPE_KEY]
-    env: {MODE: fast, LEVEL: 3}
+    env: {MODE: fast, LEVEL: 3, JAZZMINE_PRELOAD: "json,csv"}
     runtime: runsc
     resources: {memory_mb: 256, cpus: 0.5, pids: 64, workspace_mb: 32, tmp_mb: 16}
     network: {allowed_hosts: ["api.stripe.com:443", "10.0.0.1:8080", "[::1]:80", "*.example.com:443"], private_ranges: [10.20.0.0/16, "fd12:3456::/48"]}
@@ -117,7 +117,7 @@ sandboxes:
 		s.Wheels[0].SHA256 != sha256Hex("wheel") || s.Wheels[0].Size != 5 {
 		t.Errorf("wheelhouse %q, wheels %+v", s.Wheelhouse, s.Wheels)
 	}
-	if s.Env["LEVEL"] != "3" || s.Runtime != "runsc" || s.BaseImage != "example/base:1" {
+	if s.Env["LEVEL"] != "3" || s.Env["JAZZMINE_PRELOAD"] != "json,csv" || s.Runtime != "runsc" || s.BaseImage != "example/base:1" {
 		t.Errorf("env %v, runtime %q, base %q", s.Env, s.Runtime, s.BaseImage)
 	}
 	if want := (Resources{MemoryMB: 256, CPUs: 0.5, PIDs: 64, WorkspaceMB: 32, TmpMB: 16}); s.Resources != want {
@@ -184,6 +184,8 @@ func TestInvalidConfigs(t *testing.T) {
 		{"a top-level secret name with a space is an error", "secrets: {\"A B\": x}\nsandboxes: {default: {}}\n", []string{`secrets: "A B"`}},
 		{"an env name starting with a digit is an error", "sandboxes: {default: {env: {1X: y}}}\n", []string{`env: "1X"`}},
 		{"a JAZZMINE_ variable is reserved", "sandboxes: {default: {env: {JAZZMINE_TOOLS_DIR: /x}}}\n", []string{"reserved"}},
+		{"a JAZZMINE_ variable other than a harness setting is reserved in any case", "sandboxes: {default: {env: {jazzmine_preload: x}}}\n", []string{"reserved"}},
+		{"a harness setting is not a secret's name", "sandboxes: {default: {secrets: [JAZZMINE_PRELOAD]}}\n", []string{`secrets: "JAZZMINE_PRELOAD" is reserved`}},
 		{"an env name that is also a secret is an error", "sandboxes: {default: {secrets: [K], env: {K: v}}}\n", []string{`"K" is also a secret`}},
 		{"an allowed host without a port is an error", "sandboxes: {default: {network: {allowed_hosts: [api.example.com]}}}\n", []string{"network.allowed_hosts", "must be host:port"}},
 		{"an allowed host with port 0 is an error", "sandboxes: {default: {network: {allowed_hosts: [\"a.com:0\"]}}}\n", []string{"port must be a number from 1 to 65535"}},

@@ -29,6 +29,11 @@ var (
 	hostnameRE    = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$`)
 )
 
+// harnessSettings are the JAZZMINE_* variables a sandbox's env may set: settings the
+// harness reads when it starts (JAZZMINE_PRELOAD: comma-separated modules it imports
+// once, before it forks any script). Every other JAZZMINE_* name is the harness's own.
+var harnessSettings = map[string]bool{"JAZZMINE_PRELOAD": true}
+
 // reservedTargets are container paths a mount may neither replace nor sit under:
 // the image's own directories, the tmpfs mounts the harness wipes, and the kernel's.
 var reservedTargets = []string{WorkspaceDir, TmpDir, ToolsDir, filepath.Dir(HarnessPath), "/proc", "/sys", "/dev"}
@@ -116,7 +121,7 @@ func checkEnv(s *Spec) []error {
 		seen[n] = "secrets"
 	}
 	for _, n := range sortedKeys(s.Env) {
-		if err := checkEnvName(n); err != nil {
+		if err := checkEnvName(n); err != nil && !harnessSettings[n] {
 			bad("env: %w", err)
 		} else if seen[n] != "" {
 			bad("env: %q is also a secret", n)
