@@ -1,9 +1,12 @@
 """jazzmine executor harness: the long-lived process inside every sandbox container.
 
-Protocol (one JSON object a line):
-  host -> harness on stdin:  execute, cancel, reset, ping
-  harness -> host on stdout: ready, intermediate, log, stdout, stderr, final_result,
-                             error, script_done, reset_done, pong
+Protocol (one JSON object a line), version 2:
+  host -> harness on stdin:  file and chunk (input files, before an execute), execute,
+                             cancel, reset, ping
+  harness -> host on stdout: ready, intermediate, log, stdout, stderr, display,
+                             final_result, error, artifact, script_done, reset_done,
+                             pong, and chunk (the bytes of a display image or an
+                             artifact, right after its line)
 
 The script's author is the attacker (docs/SECURITY.md, the trust model): they have
 read this package and run code as our uid until the timeout.
@@ -29,15 +32,20 @@ the container must not serve again, the harness says no reset_done and exits wit
 
 The modules, each one concern:
   protocol  the protocol's names (held to Go's by a Go test), its framing, its stream
-  config    the tools directory and what is wiped, from the environment
+  config    the tools directory, the preloads and what is wiped, from the environment
   system    prctl, descriptors, and what the harness reads in /proc
   limits    what a script may change and the harness cannot undo (Retire), OOM kills
   scratch   the wipe of the scratch directories and System V IPC
-  tools     loading the tools
+  tools     loading the tools, and the preloaded modules
+  paths     the workspace paths of the protocol, walked without following links
+  inputs    the input files, written into the workspace before an execute
+  display   display(obj): the child's bundles, the parent's check of them
+  mpl       the scripts' matplotlib backend (imports matplotlib only when used)
   child     the child: runs one script and sends its events
   egress    the child's relay to the egress proxy's socket
   zygote    the fork server, and the harness's side of it
   run       one execution as the parent supervises it
+  artifacts the files an execution leaves, collected after it, and their limits
   server    the executor loop: requests, executions, resets
 Importing the package imports every module of it, before the protocol's descriptors
 are moved and any execution begins: the harness imports nothing of its own later.
@@ -45,6 +53,7 @@ are moved and any execution begins: the harness imports nothing of its own later
 Standard library only; Python 3.11+.
 """
 
+from . import mpl  # noqa: F401 (imported by matplotlib only, in a child: imported now like the rest)
 from .server import main
 
 __all__ = ["main"]

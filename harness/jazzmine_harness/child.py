@@ -10,7 +10,7 @@ import sys
 import threading
 import traceback
 
-from . import egress, system
+from . import display, egress, system
 from . import protocol as p
 
 
@@ -26,8 +26,9 @@ class ChildIO:
         self.lock = threading.Lock()
         self.dumps = json.dumps  # captured before the script can replace json.dumps
 
-    def send(self, event, what=None):
-        """Writes one event line. what names the data for the error when it is not JSON."""
+    def send(self, event, what=None, payload=b""):
+        """Writes one event line, and payload right after it (a display's image: see
+        display). what names the data for the error when it is not JSON."""
         try:
             line = (self.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "surrogatepass")
         except (TypeError, ValueError) as e:
@@ -39,19 +40,21 @@ class ChildIO:
                 stream.flush()  # what the script printed before this event goes first
             except Exception:
                 pass
-        self.write(line)
+        self.write(line, payload)
 
-    def write(self, data):
-        """Writes data whole: an alarm that fires meanwhile waits until it is written,
-        so that a timeout never leaves half an event line in the pipe."""
+    def write(self, *parts):
+        """Writes the parts whole, one after the other: an alarm that fires meanwhile
+        waits until they are written, so that a timeout never leaves half an event line
+        (or half an image) in the pipe."""
         main = threading.get_ident() == _MAIN_THREAD
         if main:
             _alarm["defer"] += 1
         try:
             with self.lock:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(self.fd, view):]
+                for data in parts:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(self.fd, view):]
         finally:
             if main:
                 _alarm["defer"] -= 1
@@ -78,7 +81,7 @@ def _helpers(io_, mode):
         """Sends a diagnostic message without affecting the result."""
         io_.send({"type": p.LOG, "level": str(level), "message": str(message)})
 
-    return {"emit_result": emit_result, "emit_intermediate": emit_intermediate, "emit_log": emit_log}
+    return {"emit_result": emit_result, "emit_intermediate": emit_intermediate, "emit_log": emit_log, "display": display.make_display(io_)}
 
 
 _STDLIB = os.path.dirname(os.__file__)
@@ -195,6 +198,19 @@ def _read_request(fd):
     return json.loads(b"".join(chunks))
 
 
+def _show_figures():
+    """Displays the figures the script left open, when it ended by itself (normally or
+    by an exception), still under its alarm. A failure here is reported on stderr and
+    changes nothing of the script's outcome, but for a timeout."""
+    try:
+        display.show_figures()
+    except Exception:
+        try:
+            sys.stderr.write("harness: displaying the figures left open failed:\n" + traceback.format_exc())
+        except Exception:
+            pass
+
+
 # The end of a script whose error the script made impossible to encode.
 _UNENCODABLE = p.encode({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "the script's error could not be encoded"})
 
@@ -217,6 +233,13 @@ def run_script(io_, req, tools):
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             exec(code, g)
+        except ScriptTimeout:
+            raise
+        except BaseException:
+            _show_figures()
+            raise
+        else:
+            _show_figures()
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except ScriptTimeout:

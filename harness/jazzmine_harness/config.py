@@ -1,4 +1,5 @@
-"""Where the harness finds its tools and what it wipes, from its environment."""
+"""Where the harness finds its tools, what it preloads and what it wipes, from its
+environment."""
 
 import os
 
@@ -9,6 +10,10 @@ def _env_flag(name):
 
 IN_CONTAINER = _env_flag("JAZZMINE_CONTAINER")
 TOOLS_DIR = os.environ.get("JAZZMINE_TOOLS_DIR", "/tools")
+# Modules the harness imports at start, for every script (tools.preload).
+PRELOAD = tuple(name.strip() for name in os.environ.get("JAZZMINE_PRELOAD", "").split(",") if name.strip())
+# The scripts' matplotlib backend (see mpl), unless the environment names another.
+MPLBACKEND = "module://jazzmine_harness.mpl"
 
 
 def _scratch_dir(var, container_default):

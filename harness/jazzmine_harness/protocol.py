@@ -4,23 +4,30 @@ writer of the stream (the only one: see Out)."""
 import json
 import os
 
-HARNESS_VERSION = "1"
+HARNESS_VERSION = "2"
 
 # Request types, host to harness.
 EXECUTE = "execute"
 CANCEL = "cancel"
 RESET = "reset"
 PING = "ping"
-REQUEST_TYPES = (EXECUTE, CANCEL, RESET, PING)
+# An input file of the next execute (path, mode, size), and a piece of its bytes: the
+# chunk line is the same both ways (see CHUNK below).
+FILE = "file"
+CHUNK = "chunk"
+REQUEST_TYPES = (EXECUTE, CANCEL, RESET, PING, FILE, CHUNK)
 
 # Modes of an execute request: what counts as success.
 MODE_PLAN = "plan"
 MODE_INTERACTIVE = "interactive"
 MODES = (MODE_PLAN, MODE_INTERACTIVE)
 
-# Event types, harness to host. All but the last three are also events of the worker's
+# Event types, harness to host. All but the last four are also events of the worker's
 # on NATS (the Go package wire); the harness's Go test
 # TestThePythonHarnessNamesWhatGoNames holds these lists to wire's and the harness's.
+# A display or artifact line that names a size is followed at once by its bytes, as
+# chunk lines (CHUNK, base64, at most CHUNK_DATA_BYTES decoded bytes each) adding up to
+# it, with nothing between them.
 INTERMEDIATE = "intermediate"
 LOG = "log"
 STDOUT = "stdout"
@@ -28,10 +35,12 @@ STDERR = "stderr"
 FINAL_RESULT = "final_result"
 ERROR = "error"
 SCRIPT_DONE = "script_done"
+DISPLAY = "display"
+ARTIFACT = "artifact"
 READY = "ready"
 RESET_DONE = "reset_done"
 PONG = "pong"
-EVENT_TYPES = (INTERMEDIATE, LOG, STDOUT, STDERR, FINAL_RESULT, ERROR, SCRIPT_DONE, READY, RESET_DONE, PONG)
+EVENT_TYPES = (INTERMEDIATE, LOG, STDOUT, STDERR, FINAL_RESULT, ERROR, SCRIPT_DONE, DISPLAY, ARTIFACT, READY, RESET_DONE, PONG, CHUNK)
 
 # Error kinds, the kind of an error event.
 KIND_SCRIPT = "script"
@@ -42,10 +51,24 @@ KIND_OOM = "oom"
 KIND_CANCELLED = "cancelled"
 KIND_MISSING_SECRETS = "missing_secrets"
 KIND_INFRASTRUCTURE = "infrastructure"
-ERROR_KINDS = (KIND_SCRIPT, KIND_TIMEOUT, KIND_OUTPUT_LIMIT, KIND_CRASHED, KIND_OOM, KIND_CANCELLED, KIND_MISSING_SECRETS, KIND_INFRASTRUCTURE)
+KIND_INPUT_FILE = "input_file"  # an input file could not be written: the script did not run
+KIND_ARTIFACT_LIMIT = "artifact_limit"  # the artifacts passed max_artifacts or max_artifact_bytes
+ERROR_KINDS = (
+    KIND_SCRIPT,
+    KIND_TIMEOUT,
+    KIND_OUTPUT_LIMIT,
+    KIND_CRASHED,
+    KIND_OOM,
+    KIND_CANCELLED,
+    KIND_MISSING_SECRETS,
+    KIND_INFRASTRUCTURE,
+    KIND_INPUT_FILE,
+    KIND_ARTIFACT_LIMIT,
+)
 
 # Events a child may send; anything else from the child pipe is dropped.
-CHILD_EVENT_TYPES = (INTERMEDIATE, LOG, FINAL_RESULT, ERROR)
+# A display line from the child may be followed by raw image bytes: see display.Pending.
+CHILD_EVENT_TYPES = (INTERMEDIATE, LOG, FINAL_RESULT, ERROR, DISPLAY)
 
 # What a child says on its event pipe to its parent alone, never relayed, each a line
 # of its own: it has warmed up (WARM), and its script is done (DONE).
@@ -56,6 +79,11 @@ DONE_LINE = b'{"type":"_done"}\n'
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_OUTPUT = 1 << 20
+DEFAULT_MAX_ARTIFACTS = 64
+DEFAULT_MAX_ARTIFACT_BYTES = 64 << 20
+
+# Most decoded bytes a chunk line carries, both ways.
+CHUNK_DATA_BYTES = 196608
 
 # Protocol output kept before it is written out even without a flush.
 OUT_FLUSH_BYTES = 64 * 1024

@@ -1,6 +1,7 @@
 """One execution as the parent sees it: the child's events and output relayed under
 the execution's id, its output budget and its deadline, and its end decided."""
 
+import base64
 import codecs
 import json
 import os
@@ -8,8 +9,9 @@ import select
 import signal
 import time
 
+from . import display, system
 from . import protocol as p
-from . import system
+from .artifacts import Quota
 
 # Seconds between SIGALRM (the script's own timeout) and the parent's SIGKILL of the
 # child's process group, for scripts that block or ignore the alarm or sit in C code.
@@ -30,7 +32,8 @@ TIMEOUT_SLACK = 0.25
 
 # Longest event line kept from a child while its newline has not come: past it the
 # execution ends at its output limit (the line could never be sent anyway).
-# The buffer never holds more than the execution's output budget plus one read.
+# The buffer never holds more than the execution's output budget plus one read. The
+# bytes of a display image are not a line: display.Pending bounds them (see display).
 EVENT_READ = 1 << 16
 
 # Reads of one pipe in one pass of the supervision loop, so that a script writing
@@ -49,6 +52,10 @@ class Run:
         limit = int(req.get("max_output_bytes") or p.DEFAULT_MAX_OUTPUT)
         self.budget = max(limit - OUTPUT_RESERVE, 0)
         self.start_written = harness.out.written
+        self.unbudgeted = 0  # bytes of chunk lines written: not in the output budget
+        self.quota = Quota(req)  # the artifact limits, display images' and files'
+        self.image = None  # a display line whose image bytes are still coming
+        self.images = 0  # display images sent: display/<n> is the next one's path
         self.decoders = {
             p.STDOUT: codecs.getincrementaldecoder("utf-8")(errors="replace"),
             p.STDERR: codecs.getincrementaldecoder("utf-8")(errors="replace"),
@@ -69,7 +76,8 @@ class Run:
     # -- output accounting ---------------------------------------------------------------
 
     def used(self):
-        return self.h.out.written - self.start_written
+        """Bytes of the output budget used: every line of the execution but chunks."""
+        return self.h.out.written - self.start_written - self.unbudgeted
 
     def emit(self, event, line=None):
         event["execution_id"] = self.eid
@@ -88,6 +96,25 @@ class Run:
             return False
         self.emit(event, line)
         return True
+
+    def emit_chunk(self, piece):
+        """A chunk line carrying piece (bytes, at most p.CHUNK_DATA_BYTES) of the image
+        or artifact whose line was just emitted. Outside the output budget."""
+        line = p.encode({"type": p.CHUNK, "execution_id": self.eid, "data": base64.b64encode(piece).decode("ascii")})
+        self.h.out.write(line)
+        self.unbudgeted += len(line)
+
+    def warn(self, message):
+        """A warning for the host, within the output budget."""
+        self.emit_limited({"type": p.LOG, "level": "warning", "message": message})
+
+    def output_limit(self):
+        return {"type": p.ERROR, "kind": p.KIND_OUTPUT_LIMIT, "error": "Output limit exceeded: the script wrote more than %d bytes" % (self.budget + OUTPUT_RESERVE)}
+
+    def collects(self):
+        """Whether the execution's artifacts are collected: not when it was cancelled,
+        nor when its output budget is spent (no artifact line could be sent)."""
+        return self.killed != p.KIND_CANCELLED and not self.over_limit
 
     def emit_text(self, stream, text):
         while text and not self.over_limit:
@@ -158,6 +185,10 @@ class Run:
         self._drain_text(child)
         self._read_events(child)
         self._drain_text(child)
+        if self.image is not None:  # the child ended before its image did
+            image, self.image = self.image, None
+            image.keep, image.why = None, "the script ended before its bytes did"
+            self._display(image)
         # A child that said it was done exited 0 as far as the script is concerned; it is
         # reaped after script_done, off the critical path.
         status = 0 if self.finished and self.killed is None else self._wait(child)
@@ -242,30 +273,49 @@ class Run:
         for _ in range(READS_PER_PASS):
             try:
                 data = os.read(fd, EVENT_READ)
-            except (BlockingIOError, OSError):
+            except OSError:
                 break
             if not data:
                 self._close_fd(child, "event")
                 break
             buf += data
-            if b"\n" not in data and len(buf) > max(self.budget - self.used(), 0) + EVENT_READ:
+            whole = self.image is not None or b"\n" in data
+            if whole:
+                self._take_events(child, buf)
+            if self.image is None and len(buf) > max(self.budget - self.used(), 0) + EVENT_READ:
                 # A line longer than what may still be sent could never be sent: the
                 # script is over its output limit, and nothing more is kept.
                 buf.clear()
                 self.over_limit = True
                 return
-            if b"\n" in data:
+            if whole and self.image is None:
                 break
-        end = buf.rfind(b"\n")
-        if end < 0:
-            return
-        # The child flushes its output before it writes an event, so everything it
-        # printed before the events just read is in the output pipes now: relay it
-        # first. (Draining before the read would race with the child's writes.)
-        self._drain_text(child)
-        lines = bytes(buf[:end]).split(b"\n")
-        del buf[: end + 1]
-        for line in lines:
+
+    def _take_events(self, child, buf):
+        """Handles what buf holds whole: event lines, and the image bytes a display line
+        announced, which follow it (see display)."""
+        drained = False
+        while True:
+            image = self.image
+            if image is not None:
+                image.take(buf)
+                if image.left:
+                    return
+                self.image = None
+                self._display(image)
+                continue
+            end = buf.find(b"\n")
+            if end < 0:
+                return
+            if not drained:
+                # The child flushes its output before it writes an event, so everything
+                # it printed before the events just read is in the output pipes now:
+                # relay it first. (Draining before the read would race with the child's
+                # writes.)
+                self._drain_text(child)
+                drained = True
+            line = bytes(buf[:end])
+            del buf[: end + 1]
             if line:  # empty: the newline the child puts before its end (see child.run_script)
                 self._child_event(line)
 
@@ -284,6 +334,9 @@ class Run:
         if kind not in p.CHILD_EVENT_TYPES:
             self.emit_limited({"type": p.LOG, "level": "warning", "message": "harness: dropped an event of unknown type %r from the script" % (kind,)})
             return
+        if kind == p.DISPLAY:
+            self.image = display.Pending.parse(ev, lambda size: self.quota.over(1, size))
+            return  # sent by _take_events once its image, if any, has come
         clean = {"type": kind}
         if kind in (p.INTERMEDIATE, p.FINAL_RESULT):
             clean["data"] = ev.get("data")
@@ -312,6 +365,27 @@ class Run:
         if kind == p.FINAL_RESULT and self.result:
             return  # one result per execution
         self.emit_limited(clean)
+
+    def _display(self, image):
+        """Sends a display line from the child (display.Pending) whose image bytes have
+        all come: with its image as chunk lines, or without it and a warning why."""
+        if image.data is None:
+            self.warn("harness: dropped a malformed display line from the script")
+            return
+        event = {"type": p.DISPLAY, "data": image.data}
+        if image.keep is not None:
+            n = self.images + 1
+            event.update(path="display/%d.%s" % (n, display.IMAGE_TYPES[image.content_type]), content_type=image.content_type, size=len(image.keep))
+        if not self.emit_limited(event):
+            return
+        if image.keep is not None:
+            self.images += 1
+            self.quota.add(len(image.keep))
+            view = memoryview(image.keep)
+            for i in range(0, len(view), p.CHUNK_DATA_BYTES):
+                self.emit_chunk(view[i : i + p.CHUNK_DATA_BYTES])
+        elif image.why:
+            self.warn("display image left out: %s" % image.why)
 
     def _error_kind(self, claimed):
         """The kind of an error the child reports: a timeout only once the parent's own
@@ -352,7 +426,7 @@ class Run:
                 sig = os.WTERMSIG(status)
         self.exit_code, self.signal = code, sig
         late = self.ended_at is not None and self.ended_at > self.deadline + TIMEOUT_SLACK
-        limit = {"type": p.ERROR, "kind": p.KIND_OUTPUT_LIMIT, "error": "Output limit exceeded: the script wrote more than %d bytes" % (self.budget + OUTPUT_RESERVE)}
+        limit = self.output_limit()
         if self.killed == p.KIND_TIMEOUT or late and self.killed is None:
             self.emit({"type": p.ERROR, "kind": p.KIND_TIMEOUT, "error": p.timed_out(self.timeout)})
         elif self.killed == p.KIND_CANCELLED:

@@ -1,6 +1,8 @@
-"""The harness's executor loop: it reads the host's requests, has each execute run in
-a child and supervised (run.Run), and after each one kills what the execution left,
-checks what it cannot undo, wipes the scratch directories and says reset_done."""
+"""The harness's executor loop: it reads the host's requests, writes the input files
+that come before an execute (inputs), has each execute run in a child and supervised
+(run.Run), collects its artifacts once nothing of it runs (artifacts), and after each
+one kills what the execution left, checks what it cannot undo, wipes the scratch
+directories and says reset_done."""
 
 import gc
 import json
@@ -10,13 +12,14 @@ import signal
 import sys
 import time
 
-from . import config, system
+from . import artifacts, config, system
 from . import protocol as p
 from .child import warm_up
+from .inputs import Inputs
 from .limits import Limits, OomCounter, Retire
 from .run import Run
 from .scratch import Scratch, SysvIpc
-from .tools import load_tools
+from .tools import load_tools, preload
 from .zygote import Child, Zygote
 
 # Longest wait, on reset, for the next child to finish warming up.
@@ -44,6 +47,10 @@ class Harness:
         self.oom = OomCounter()
         self.sysv = SysvIpc() if config.IN_CONTAINER else None
         self.scratch = [Scratch(d) for d in config.WIPED]  # opened before any script runs
+        # The workspace, where input files go and artifacts come from: opened once, before
+        # any script runs, and never looked up again (a script could put a link there).
+        self.workspace = system.Dir(config.WORKSPACE, reopen=False) if config.WORKSPACE else None
+        self.inputs = Inputs(self.workspace)
         self.limits = self.zygote_limits = None
         self.idle_poll = select.poll()
         self.eof = False
@@ -60,7 +67,11 @@ class Harness:
         # then drops every signal sent from inside the container, SIGKILL and SIGSTOP
         # too (pid_namespaces(7)). Python's own SIGINT handler would let a script end us.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # Before anything imports matplotlib: it reads its backend when imported.
+        os.environ.setdefault("MPLBACKEND", config.MPLBACKEND)
+        preload_errors = preload(config.PRELOAD)
         self.tools, self.tool_errors = load_tools(config.TOOLS_DIR)
+        self.tool_errors += preload_errors
         system.nonblock(self.in_fd)
         self.idle_poll.register(self.in_fd, select.POLLIN)
         self.oom_kills = self.oom.read()
@@ -127,7 +138,12 @@ class Harness:
             # Every execute ends with the reset the host would ask for, unasked: the host
             # lends the container again at this reset_done without a round trip of its own.
             self._reset_done(nonce)
+        elif kind == p.FILE:
+            self.inputs.file(req)
+        elif kind == p.CHUNK:
+            self.inputs.chunk(req)
         elif kind == p.RESET:
+            self.inputs.discard()
             self._reset()
             self._reset_done(nonce)
         elif kind == p.PING:
@@ -220,10 +236,11 @@ class Harness:
         eid = str(req.get("execution_id") or "")
         started = time.monotonic()
         run = Run(self, eid, req)
-        missing = [k for k in (req.get("required_secrets") or []) if not os.environ.get(str(k))]
-        if missing:
-            run.emit({"type": p.ERROR, "kind": p.KIND_MISSING_SECRETS, "error": "Missing required secrets: " + ", ".join(sorted(map(str, missing)))})
+        refused = self.inputs.take(eid) or self._missing_secrets(req)
+        if refused is not None:
+            run.emit(refused)
             run.done(started, None)
+            self._reset()  # the input files written
             return
         child = self.warm
         self.warm = None  # the next one is forked by _reset_done, after the reset
@@ -234,11 +251,32 @@ class Harness:
                 run.emit({"type": p.ERROR, "kind": p.KIND_CRASHED, "error": "harness could not start the script process"})
                 self._kill_child(child)
                 run.done(started, None)
+                self._reset()
                 return
         run.supervise(child)
+        requested = req.get("artifacts") if isinstance(req.get("artifacts"), list) else []
+        workspace = self.workspace.fileno() if self.workspace is not None else None
+        collect = workspace is not None and run.collects() and artifacts.wanted(workspace, requested)
+        if collect:
+            try:
+                # Nothing of the execution may run, or change a file, while it is read.
+                self._after_execution(child)
+                self._kill_leftovers()
+            except Retire:
+                run.done(started, child)
+                raise
+            artifacts.collect(run, workspace, requested)
         run.done(started, child)
-        self._after_execution(child)
+        if not collect:
+            self._after_execution(child)
         self._reset()
+
+    def _missing_secrets(self, req):
+        """The error of an execute whose required secrets are not all set, or None."""
+        missing = [k for k in (req.get("required_secrets") or []) if not os.environ.get(str(k))]
+        if not missing:
+            return None
+        return {"type": p.ERROR, "kind": p.KIND_MISSING_SECRETS, "error": "Missing required secrets: " + ", ".join(sorted(map(str, missing)))}
 
     def _dispatch(self, child, req):
         # Encoded again without the nonce: the script must never learn it.

@@ -56,14 +56,19 @@ def signame(sig):
 
 
 class Dir:
-    """A directory held open; path is looked up again only if it was removed."""
+    """A directory held open; path is looked up again only if it was removed, and if
+    reopen. Without reopen it is opened now, once."""
 
-    def __init__(self, path):
+    def __init__(self, path, reopen=True):
         self.path = path
         self.fd = None
+        self.reopen = reopen
+        if not reopen:
+            self._open()
 
     def fileno(self):
-        """The open directory, or None if path is not one."""
+        """The open directory, or None if path is not one (or, without reopen, it was
+        removed)."""
         if self.fd is not None:
             try:
                 if os.fstat(self.fd).st_nlink > 0:
@@ -72,6 +77,9 @@ class Dir:
                 pass
             os.close(self.fd)
             self.fd = None
+        return self._open() if self.reopen else None
+
+    def _open(self):
         try:
             self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:

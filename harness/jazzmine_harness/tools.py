@@ -1,7 +1,9 @@
-"""The tools: every *.py of the tools directory, loaded once at start; async tools
-wrapped so that scripts call them as plain functions."""
+"""What the harness loads at start: the tools, every *.py of the tools directory (async
+tools wrapped so that scripts call them as plain functions), and the modules it is
+asked to preload."""
 
 import functools
+import importlib
 import importlib.util
 import os
 import threading
@@ -70,3 +72,16 @@ def load_tools(directory):
                 continue  # imported into the tool file, not defined by it
             tools[attr] = _make_sync(value) if value.__code__.co_flags & CO_COROUTINE else value
     return tools, errors
+
+
+def preload(names):
+    """Imports each module of names (JAZZMINE_PRELOAD) in the harness, before the zygote
+    is forked, so that every script finds it in sys.modules. Returns the errors, as
+    load_tools does, with the file "preload:<module>"; the others are loaded anyway."""
+    errors = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except BaseException as e:  # a module's SystemExit must not stop the harness either
+            errors.append({"file": "preload:" + name, "error": "%s: %s" % (type(e).__name__, e), "traceback": traceback.format_exc()})
+    return errors

@@ -1,6 +1,7 @@
 """What the tests share: the harness's package on the path, and a real harness
 process driven over its stdin and stdout."""
 
+import base64
 import json
 import os
 import subprocess
@@ -46,6 +47,15 @@ class HarnessProcess:
             raise EOFError("harness closed its stdout")
         return json.loads(line)
 
+    def send_file(self, eid, path, data, mode=None, piece=196608):
+        """Sends an input file of the next execute: its file line, then its chunks."""
+        line = {"type": "file", "execution_id": eid, "path": path, "size": len(data)}
+        if mode is not None:
+            line["mode"] = mode
+        self.send(**line)
+        for i in range(0, len(data), piece):
+            self.send(type="chunk", execution_id=eid, data=base64.b64encode(data[i : i + piece]).decode())
+
     def until(self, kind):
         events = []
         while True:
@@ -59,3 +69,29 @@ class HarnessProcess:
         self.p.wait(timeout=10)
         self.p.stdout.close()
         self.tmp.cleanup()
+
+
+def blobs(events):
+    """The display and artifact lines of events that name a size, each with the bytes of
+    the chunk lines that follow it. Raises AssertionError where the protocol says
+    otherwise: a chunk not right after its line or another chunk, a chunk over 196608
+    bytes, or bytes that do not add up to the size."""
+    out, current = [], None
+    for ev in events:
+        if ev["type"] == "chunk":
+            if current is None:
+                raise AssertionError("a chunk line with no display or artifact line before it")
+            piece = base64.b64decode(ev["data"], validate=True)
+            if not 0 < len(piece) <= 196608:
+                raise AssertionError("a chunk of %d bytes" % len(piece))
+            current[1].extend(piece)
+            continue
+        if current is not None and len(current[1]) != current[0]["size"]:
+            raise AssertionError("%s: %d bytes for size %d" % (current[0]["path"], len(current[1]), current[0]["size"]))
+        current = None
+        if ev["type"] in ("display", "artifact") and "size" in ev:
+            current = (ev, bytearray())
+            out.append(current)
+    if current is not None and len(current[1]) != current[0]["size"]:
+        raise AssertionError("%s: %d bytes for size %d" % (current[0]["path"], len(current[1]), current[0]["size"]))
+    return [(header, bytes(data)) for header, data in out]

@@ -20,8 +20,12 @@ class ImportsTest(unittest.TestCase):
         )
         self.assertEqual(out.stdout.split(), MODULES)
 
-    def test_no_module_imports_inside_a_function_but_asyncio_for_async_tools(self):
-        # What the harness imports later, it would look up when scripts have run.
+    def test_no_module_imports_inside_a_function_but_asyncio_for_async_tools_and_matplotlib_for_its_backend(self):
+        # What the harness imports later, it would look up when scripts have run. Two
+        # exceptions, both imported in a child for its script: asyncio, for async tools,
+        # and matplotlib's Agg, which mpl takes when matplotlib loads it as its backend
+        # (matplotlib is the script's; the harness must start without it).
+        allowed = {("tools.py", "asyncio"), ("mpl.py", "matplotlib.backend_bases"), ("mpl.py", "matplotlib.backends.backend_agg")}
         for name in sorted(os.listdir(PACKAGE_DIR)):
             if not name.endswith(".py"):
                 continue
@@ -31,8 +35,23 @@ class ImportsTest(unittest.TestCase):
                 if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     continue
                 for node in ast.walk(fn):
-                    if isinstance(node, (ast.Import, ast.ImportFrom)):
-                        self.assertEqual((name, [a.name for a in node.names]), ("tools.py", ["asyncio"]), "%s:%d" % (name, node.lineno))
+                    if isinstance(node, ast.Import):
+                        modules = [a.name for a in node.names]
+                    elif isinstance(node, ast.ImportFrom):
+                        modules = [node.module]
+                    else:
+                        continue
+                    for module in modules:
+                        self.assertIn((name, module), allowed, "%s:%d" % (name, node.lineno))
+
+    def test_the_package_imports_no_matplotlib(self):
+        # mpl is imported with the rest at start; matplotlib must not be (most images
+        # have none, and where it is installed it costs every fork).
+        out = subprocess.run(
+            [sys.executable, "-B", "-P", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import jazzmine_harness; print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'numpy', 'PIL')))", HARNESS_DIR],
+            capture_output=True, text=True, check=True,
+        )
+        self.assertEqual(out.stdout.strip(), "[]")
 
 
 # A script that imports every module of the harness and lists what their globals hold

@@ -4,7 +4,7 @@ import os
 import tempfile
 import unittest
 
-import harness_process  # noqa: F401 (puts the package on the path)
+from harness_process import HarnessProcess
 from jazzmine_harness import tools
 
 
@@ -40,6 +40,22 @@ class LoadToolsTest(unittest.TestCase):
 
     def test_a_missing_directory_means_no_tools(self):
         self.assertEqual(tools.load_tools(os.path.join(self.dir.name, "nope")), ({}, []))
+
+
+class PreloadTest(unittest.TestCase):
+    def test_preloaded_modules_are_imported_by_the_harness_and_failures_reported(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "preloaded_mod.py"), "w") as f:
+                f.write("import os\nPID = os.getpid()\n")
+            with open(os.path.join(d, "broken_mod.py"), "w") as f:
+                f.write("raise ValueError('broken')\n")
+            h = HarnessProcess(env={"PYTHONPATH": d, "JAZZMINE_PRELOAD": " preloaded_mod, broken_mod,,"})
+            self.addCleanup(h.close)
+            self.assertEqual([(e["file"], e["error"]) for e in h.ready["tool_errors"]], [("preload:broken_mod", "ValueError: broken")])
+            # In sys.modules before the script imports it, imported in the harness itself.
+            h.send(type="execute", execution_id="p1", script="import sys\nm = sys.modules.get('preloaded_mod')\nemit_result(m and m.PID)")
+            results = [e["data"] for e in h.until("script_done") if e["type"] == "final_result"]
+            self.assertEqual(results, [h.ready["pid"]])
 
 
 if __name__ == "__main__":
