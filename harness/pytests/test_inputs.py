@@ -93,6 +93,11 @@ class InputFilesTest(unittest.TestCase):
         self.h.send_file("s2", "second", b"fine")
         self.assertRefused("s2", "input file first: 10 bytes fewer than announced")
 
+    def test_a_chunk_over_196608_bytes_stops_the_script(self):
+        self.h.send(type="file", execution_id="k1", path="big", size=196609)
+        self.h.send(type="chunk", execution_id="k1", data=base64.b64encode(bytes(196609)).decode())
+        self.assertRefused("k1", "input file big: a chunk of 196609 bytes, over 196608")
+
     def test_a_chunk_with_no_file_open_stops_the_script(self):
         self.h.send_file("c1", "done.txt", b"ab")
         self.h.send(type="chunk", execution_id="c1", data=base64.b64encode(b"c").decode())
