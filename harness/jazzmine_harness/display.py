@@ -87,7 +87,7 @@ def bundle(obj, dumps):
             data[mime] = value
     for mime, name in IMAGE_REPRS:
         raw = _image_bytes(mime, forms.get(mime) if forms is not None else _call(obj, name))
-        if raw is not None:
+        if raw:  # an empty image is none
             return data, (mime, raw)
     return data, None
 

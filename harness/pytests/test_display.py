@@ -64,6 +64,7 @@ display(Rich())
         script = """class Svg:
     def _repr_svg_(self): return '<svg xmlns="http://www.w3.org/2000/svg" width="2" height="1"/>'
 class Jpeg:
+    def _repr_png_(self): return b""
     def _repr_jpeg_(self): return "/9j/AAAA"
 class Bundle:
     def _repr_mimebundle_(self, include=None, exclude=None):
