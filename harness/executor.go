@@ -290,7 +290,7 @@ func (r *run) deliver(ctx context.Context, ev Event) error {
 		r.res.Logs = append(r.res.Logs, Log{Level: ev.Level, Message: ev.Message})
 	case wire.EventError:
 		if r.gotError {
-			return nil
+			break // published, but the first error is the run's (artifact_limit may follow a script's)
 		}
 		r.gotError = true
 		r.res.Error, r.res.ErrorKind, r.res.Traceback = ev.Error, ev.Kind, ev.Traceback

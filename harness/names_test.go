@@ -29,16 +29,16 @@ func TestThePythonHarnessNamesWhatGoNames(t *testing.T) {
 	workerOnlyEvents := []string{wire.EventStarted}
 	workerOnlyKinds := []string{wire.KindInvalidJob}
 
-	events := append(without(wireConsts(t, "EventScriptDone", wire.EventScriptDone), workerOnlyEvents), EventReady, EventResetDone, EventPong)
+	events := append(without(wireConsts(t, "EventScriptDone", wire.EventScriptDone), workerOnlyEvents), EventReady, EventResetDone, EventPong, EventChunk)
 	kinds := without(wireConsts(t, "KindScript", wire.KindScript), workerOnlyKinds)
 	tests := []struct {
 		name   string
 		python []string
 		golang []string
 	}{
-		{"event types (EVENT_TYPES): wire's but the worker's own, and ready, reset_done, pong", py.Events, events},
+		{"event types (EVENT_TYPES): wire's but the worker's own, and ready, reset_done, pong, chunk", py.Events, events},
 		{"error kinds (ERROR_KINDS): wire's but the worker's own", py.Kinds, kinds},
-		{"request types (REQUEST_TYPES)", py.Requests, []string{requestExecute, requestCancel, requestReset, requestPing}},
+		{"request types (REQUEST_TYPES)", py.Requests, []string{requestExecute, requestCancel, requestReset, requestPing, requestFile, requestChunk}},
 		{"modes (MODES)", py.Modes, []string{string(ModePlan), string(ModeInteractive)}},
 	}
 	for _, tt := range tests {

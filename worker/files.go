@@ -67,9 +67,10 @@ func (f *files) inputs(ctx context.Context, job *wire.Job, limit int64) ([]harne
 
 // put stores the file of an artifact event, or the image of a display event, under
 // prefix and its workspace path, and fills ev with the object's name, size, SHA-256
-// and content type. A display without an image has nothing to store.
+// and content type. Other events, and a display without an image, have nothing to
+// store.
 func (f *files) put(ctx context.Context, prefix string, hev harness.Event, ev *wire.Event) error {
-	if hev.Type == wire.EventDisplay && hev.Path == "" {
+	if hev.Type != wire.EventArtifact && (hev.Type != wire.EventDisplay || hev.Path == "") {
 		return nil
 	}
 	body := hev.Blob

@@ -67,8 +67,11 @@ class Harness:
         # then drops every signal sent from inside the container, SIGKILL and SIGSTOP
         # too (pid_namespaces(7)). Python's own SIGINT handler would let a script end us.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        # Before anything imports matplotlib: it reads its backend when imported.
-        os.environ.setdefault("MPLBACKEND", config.MPLBACKEND)
+        # Before anything imports matplotlib: it reads its backend when imported. Ours is
+        # Agg that displays what plt.show() shows, so it replaces a plain Agg (the
+        # datascience image's default) too; any other backend set is the sandbox's own.
+        if os.environ.get("MPLBACKEND", "").lower() in ("", "agg"):
+            os.environ["MPLBACKEND"] = config.MPLBACKEND
         preload_errors = preload(config.PRELOAD)
         self.tools, self.tool_errors = load_tools(config.TOOLS_DIR)
         self.tool_errors += preload_errors
