@@ -65,7 +65,7 @@ func New(cfg Config) (*Worker, error) {
 	w.bg = newBackground(cfg.Logger)
 	w.events = &events{js: js, nc: cfg.NATS, workerID: cfg.WorkerID}
 	w.cancels = &canceller{nc: cfg.NATS, js: js, workerID: cfg.WorkerID, log: cfg.Logger, events: w.events, running: running, bg: w.bg}
-	w.files = &files{}
+	w.files = &files{js: js}
 	w.proc = newProcessor(&w.cfg, tel, w.events, w.cancels, running, w.files)
 	w.producer = newProducer(cfg.Sandboxes, w.proc.handle, cfg.Logger)
 	w.triage = newTriage(js, cfg.Sandboxes, w.events, w.bg, cfg.Logger)
