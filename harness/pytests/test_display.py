@@ -136,6 +136,11 @@ display(Svg(), Jpeg(), Bundle())
         self.addCleanup(h.close)
         h.send(type="execute", execution_id="b2", script="import os\nemit_result(os.environ.get('MPLBACKEND'))")
         self.assertEqual([e["data"] for e in h.until("script_done") if e["type"] == "final_result"], ["svg"])
+        # A plain Agg (the datascience image's default) is replaced: ours is Agg that displays.
+        h = HarnessProcess(env={"MPLBACKEND": "Agg"})
+        self.addCleanup(h.close)
+        h.send(type="execute", execution_id="b3", script="import os\nemit_result(os.environ.get('MPLBACKEND'))")
+        self.assertEqual([e["data"] for e in h.until("script_done") if e["type"] == "final_result"], ["module://jazzmine_harness.mpl"])
 
 
 @unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not installed")
