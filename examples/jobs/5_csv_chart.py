@@ -11,10 +11,11 @@ by_region = sales.pivot_table(index="region", columns="product", values="revenue
 
 display(by_region)  # a table: text and HTML
 
-fig, ax = plt.subplots(figsize=(6, 3.5))
+fig, ax = plt.subplots(figsize=(7, 3.5))
 by_region.plot.bar(ax=ax, stacked=True)
 ax.set_ylabel("revenue")
 ax.set_title("February revenue by region")
+ax.legend(title="product", loc="upper left", bbox_to_anchor=(1, 1))
 fig.tight_layout()
 plt.show()  # the chart: a PNG through the object store
 
