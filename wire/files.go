@@ -71,12 +71,18 @@ type File struct {
 
 // ObjectPrefix is the prefix of the names of the objects that attempt
 // attempt of the execution key stores in [FilesBucket]: an artifact at
-// workspace path p is ObjectPrefix(key, attempt) + p, a display image
-// ObjectPrefix(key, attempt) + "display/<n>.png". key is the execution id,
-// or "<tenant>.<id>" on a fleet with tenants, so that no execution's names
-// are another's.
+// workspace path p is ObjectPrefix(key, attempt) + "files/" + p, a display
+// image ObjectPrefix(key, attempt) + "display/<n>.png" (two names apart, so
+// that no file of the workspace takes an image's name). key is the execution
+// id, or "<tenant>.<id>" on a fleet with tenants, so that no execution's
+// names are another's.
 func ObjectPrefix(key string, attempt int) string {
 	return fmt.Sprintf("executions/%s/%d/", key, attempt)
+}
+
+// ArtifactObject is the object name of the artifact at workspace path p.
+func ArtifactObject(key string, attempt int, p string) string {
+	return ObjectPrefix(key, attempt) + "files/" + p
 }
 
 // ValidatePath checks a workspace-relative path of an input file or an
@@ -98,6 +104,8 @@ func ValidatePath(field, p string) error {
 		switch {
 		case c == "..":
 			return fmt.Errorf("%s %s leaves the workspace", field, quote(p))
+		case c == ".":
+			return fmt.Errorf("%s %s is the workspace itself, not a file in it", field, quote(p))
 		case len(c) > 255:
 			return fmt.Errorf("%s %s has a component over 255 bytes", field, quote(p))
 		}

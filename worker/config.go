@@ -31,6 +31,7 @@ const (
 	DefaultShutdownGrace     = 30 * time.Second
 	DefaultMaxBacklog        = 100_000
 	DefaultMaxBacklogBytes   = 1 << 30
+	DefaultFilesMaxBytes     = 1 << 30
 	DefaultLivenessTTL       = 15 * time.Second
 	DefaultExecutionTimeout  = harness.DefaultTimeout        // the harness's, one definition
 	DefaultMaxOutputBytes    = harness.DefaultMaxOutputBytes // the harness's, one definition
@@ -109,6 +110,10 @@ type Config struct {
 	// fails (DiscardNew). Zero means DefaultMaxBacklog and DefaultMaxBacklogBytes.
 	MaxBacklog      int64
 	MaxBacklogBytes int64
+	// FilesMaxBytes bounds the bucket wire.FilesBucket (input objects, artifacts,
+	// display images): past it, an artifact is not stored and its execution fails.
+	// Zero means DefaultFilesMaxBytes.
+	FilesMaxBytes int64
 	// MaxScriptBytes bounds a job's script; zero means wire.DefaultMaxScriptBytes.
 	MaxScriptBytes int
 	// DefaultTimeout and DefaultMaxOutputBytes apply to jobs that set none; zero
@@ -151,6 +156,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBacklog == 0 {
 		c.MaxBacklog = DefaultMaxBacklog
+	}
+	if c.FilesMaxBytes == 0 {
+		c.FilesMaxBytes = DefaultFilesMaxBytes
 	}
 	if c.MaxBacklogBytes == 0 {
 		c.MaxBacklogBytes = DefaultMaxBacklogBytes

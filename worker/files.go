@@ -34,8 +34,10 @@ func (e *errInputFile) Error() string { return e.msg }
 
 // inputs returns the job's input files for the harness, each opened when it is sent.
 // Objects are looked up now, before a container is taken: a missing one, or files
-// larger than limit added up (when limit > 0), is an *errInputFile.
-func (f *files) inputs(ctx context.Context, job *wire.Job, limit int64) ([]harness.InputFile, error) {
+// larger than limit added up (when limit > 0), is an *errInputFile. A tenant's job
+// may not name objects: the bucket is the fleet's, holding every tenant's artifacts,
+// which the worker would read for it.
+func (f *files) inputs(ctx context.Context, ref execRef, job *wire.Job, limit int64) ([]harness.InputFile, error) {
 	if len(job.Files) == 0 {
 		return nil, nil
 	}
@@ -43,6 +45,9 @@ func (f *files) inputs(ctx context.Context, job *wire.Job, limit int64) ([]harne
 	var total int64
 	for _, jf := range job.Files {
 		in := harness.InputFile{Path: jf.Path, Mode: jf.Mode, Size: int64(len(jf.Data))}
+		if jf.Object != "" && ref.tenant != "" {
+			return nil, &errInputFile{fmt.Sprintf("input file %s: input objects are not available to tenants yet: give the file inline", jf.Path)}
+		}
 		if jf.Object == "" {
 			data := jf.Data
 			in.Open = func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
@@ -66,20 +71,24 @@ func (f *files) inputs(ctx context.Context, job *wire.Job, limit int64) ([]harne
 	return out, nil
 }
 
-// put stores the file of an artifact event, or the image of a display event, under
-// prefix and its workspace path, and fills ev with the object's name, size, SHA-256
-// and content type. Other events, and a display without an image, have nothing to
-// store.
-func (f *files) put(ctx context.Context, prefix string, hev harness.Event, ev *wire.Event) error {
+// put stores the file of an artifact event, or the image of a display event, of
+// attempt attempt of execution key, and fills ev with the object's name, size,
+// SHA-256 and content type. Other events, and a display without an image, have
+// nothing to store.
+func (f *files) put(ctx context.Context, key string, attempt int, hev harness.Event, ev *wire.Event) error {
 	if hev.Type != wire.EventArtifact && (hev.Type != wire.EventDisplay || hev.Path == "") {
 		return nil
+	}
+	name := wire.ArtifactObject(key, attempt, hev.Path)
+	if hev.Type == wire.EventDisplay {
+		name = wire.ObjectPrefix(key, attempt) + hev.Path // display/<n>.<ext>, named by the harness
 	}
 	body := hev.Blob
 	if body == nil {
 		body = bytes.NewReader(nil)
 	}
 	sum := sha256.New()
-	meta := jetstream.ObjectMeta{Name: prefix + hev.Path}
+	meta := jetstream.ObjectMeta{Name: name}
 	if hev.ContentType != "" {
 		meta.Headers = nats.Header{"Content-Type": []string{hev.ContentType}}
 	}
@@ -112,11 +121,12 @@ func (f *files) open(ctx context.Context, info *jetstream.ObjectInfo) (io.ReadCl
 	if err != nil {
 		return nil, fmt.Errorf("read object %q: %w", info.Name, err)
 	}
-	return &objectReader{info: info, it: it, left: int64(info.Size), sum: sha256.New()}, nil
+	return &objectReader{ctx: ctx, info: info, it: it, left: int64(info.Size), sum: sha256.New()}, nil
 }
 
 // objectReader is an object's bytes, read chunk by chunk.
 type objectReader struct {
+	ctx  context.Context // the execution's deadline: a chunk deleted meanwhile never comes
 	info *jetstream.ObjectInfo
 	it   jetstream.MessagesContext
 	buf  []byte
@@ -127,12 +137,9 @@ type objectReader struct {
 func (r *objectReader) Read(p []byte) (int, error) {
 	for len(r.buf) == 0 {
 		if r.left == 0 {
-			if want := r.info.Digest; want != jetstream.GetObjectDigestValue(r.sum) {
-				return 0, fmt.Errorf("object %q: its chunks do not hash to its digest %s", r.info.Name, want)
-			}
 			return 0, io.EOF
 		}
-		msg, err := r.it.Next()
+		msg, err := r.it.Next(jetstream.NextContext(r.ctx))
 		if err != nil {
 			return 0, fmt.Errorf("object %q: %w", r.info.Name, err)
 		}
@@ -142,6 +149,10 @@ func (r *objectReader) Read(p []byte) (int, error) {
 		}
 		r.left -= int64(len(r.buf))
 		r.sum.Write(r.buf)
+		// Checked before the last bytes are given: a reader takes exactly the size.
+		if r.left == 0 && r.info.Digest != jetstream.GetObjectDigestValue(r.sum) {
+			return 0, fmt.Errorf("object %q: its bytes do not hash to its digest %s", r.info.Name, r.info.Digest)
+		}
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]

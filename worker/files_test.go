@@ -151,8 +151,8 @@ emit_result({"size": st.st_size, "mode": stat.S_IMODE(st.st_mode), "sha": hashli
 	want := map[string][]byte{"out/copy.bin": reversed, "out/sub/table.csv": []byte("a,b\n1,2\n"), "report.md": []byte("# report\n")}
 	prefix := wire.ObjectPrefix(id, 1)
 	for _, art := range res.Artifacts {
-		if art.Object != prefix+art.Path || art.SHA256 != sha256Hex(want[art.Path]) || art.Size != int64(len(want[art.Path])) {
-			t.Errorf("artifact %+v; want object %s, %d bytes, sha %s", art, prefix+art.Path, len(want[art.Path]), sha256Hex(want[art.Path]))
+		if art.Object != wire.ArtifactObject(id, 1, art.Path) || art.SHA256 != sha256Hex(want[art.Path]) || art.Size != int64(len(want[art.Path])) {
+			t.Errorf("artifact %+v; want object %s, %d bytes, sha %s", art, wire.ArtifactObject(id, 1, art.Path), len(want[art.Path]), sha256Hex(want[art.Path]))
 		}
 		if b := a.download(&art); !bytes.Equal(b, want[art.Path]) {
 			t.Errorf("%s holds %q, want %q", art.Path, b, want[art.Path])
@@ -311,7 +311,7 @@ emit_result(left)`
 			t.Fatalf("%s: %v %s %v", tc.id, tc.res.Success, tc.res.Error, artifactPaths(tc.res))
 		}
 		art := tc.res.Artifacts[0]
-		if art.Object != wire.ObjectPrefix(tc.id, 1)+"out/secret.txt" {
+		if art.Object != wire.ArtifactObject(tc.id, 1, "out/secret.txt") {
 			t.Errorf("%s's artifact is object %s", tc.id, art.Object)
 		}
 		if b := a.download(&art); string(b) != tc.secret {

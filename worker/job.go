@@ -161,7 +161,7 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 		return outCancelled, ""
 	}
 
-	inputs, err := pr.files.inputs(ctx, job, pr.maxInputBytes(sandbox))
+	inputs, err := pr.files.inputs(ctx, ref, job, pr.maxInputBytes(sandbox))
 	if err != nil {
 		return pr.noInputs(ctx, p, sandbox, attempt, last, err, log)
 	}
@@ -295,7 +295,7 @@ func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wir
 		MaxArtifacts:     job.MaxArtifacts,
 		MaxArtifactBytes: job.MaxArtifactBytes,
 	}
-	prefix := wire.ObjectPrefix(ref.key(), attempt)
+	var unstored error // the first artifact or image the bucket did not take
 	if req.Timeout <= 0 {
 		req.Timeout = pr.cfg.DefaultTimeout
 	}
@@ -314,14 +314,28 @@ func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wir
 		if !ok {
 			return nil
 		}
-		if err := pr.files.put(ctx, prefix, hev, ev); err != nil {
-			return err
+		if err := pr.files.put(ctx, ref.key(), attempt, hev, ev); err != nil {
+			// The bucket is full, or failing: the run goes on, and fails at its end.
+			// Not an error of the callback, which would retry the job for as long.
+			if unstored == nil {
+				unstored = err
+			}
+			if ev.Type == wire.EventArtifact {
+				return nil // announces nothing it has not stored
+			}
 		}
 		if ev.Type == wire.EventError && hev.Kind == wire.KindCancelled && handedOver(ctx) {
 			return nil // not cancelled: the job goes back to the queue (ended.go)
 		}
 		return p.publish(ev)
 	})
+	if res != nil && unstored != nil {
+		res.Success = false
+		if res.Error == "" {
+			res.Error, res.ErrorKind = unstored.Error(), wire.KindInfrastructure
+			_ = p.publish(&wire.Event{Type: wire.EventError, Kind: wire.KindInfrastructure, Error: res.Error})
+		}
+	}
 	if res != nil {
 		outcome := res.ErrorKind
 		if res.Success {

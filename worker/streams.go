@@ -47,6 +47,7 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		Bucket:      wire.FilesBucket,
 		Description: "jazzmine input files, artifacts and display images; they expire with the events",
 		TTL:         c.EventsMaxAge,
+		MaxBytes:    c.FilesMaxBytes,
 		Replicas:    c.Replicas,
 		Storage:     jetstream.FileStorage,
 	})

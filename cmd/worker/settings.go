@@ -24,6 +24,7 @@ import (
 //	  duplicate_window: 2m      # jobs with the same Nats-Msg-Id in this window run once
 //	  max_backlog: 100000       # queued jobs; beyond it a publish fails
 //	  max_backlog_bytes: 1GiB   # in bytes
+//	  files_max_bytes: 1GiB     # the bucket JAZZMINE_FILES: inputs, artifacts, images
 //	  max_script_bytes: 262144
 //	  shutdown_grace: 30s       # on SIGTERM, how long running jobs may finish
 //	  liveness_ttl: 15s         # a worker silent this long counts as dead
@@ -41,6 +42,7 @@ type Settings struct {
 	DuplicateWindow time.Duration  `yaml:"duplicate_window"`
 	MaxBacklog      int64          `yaml:"max_backlog"`
 	MaxBacklogBytes int64          `yaml:"max_backlog_bytes"`
+	FilesMaxBytes   int64          `yaml:"files_max_bytes"`
 	MaxScriptBytes  int            `yaml:"max_script_bytes"`
 	ShutdownGrace   time.Duration  `yaml:"shutdown_grace"`
 	LivenessTTL     time.Duration  `yaml:"liveness_ttl"`
@@ -71,7 +73,7 @@ func parseSettings(node yaml.Node) (Settings, error) {
 			return s, fmt.Errorf("worker section: max_ack_pending of %q is %d, want at least 1", name, n)
 		}
 	}
-	if s.Replicas < 0 || s.MaxDeliver < 0 || s.MaxBacklog < 0 || s.MaxBacklogBytes < 0 || s.MaxScriptBytes < 0 {
+	if s.Replicas < 0 || s.MaxDeliver < 0 || s.MaxBacklog < 0 || s.MaxBacklogBytes < 0 || s.FilesMaxBytes < 0 || s.MaxScriptBytes < 0 {
 		return s, errors.New("worker section: counts must not be negative")
 	}
 	return s, nil
@@ -98,6 +100,9 @@ func (s Settings) Apply(cfg *worker.Config) {
 	}
 	if s.MaxBacklog != 0 {
 		cfg.MaxBacklog = s.MaxBacklog
+	}
+	if s.FilesMaxBytes != 0 {
+		cfg.FilesMaxBytes = s.FilesMaxBytes
 	}
 	if s.MaxBacklogBytes != 0 {
 		cfg.MaxBacklogBytes = s.MaxBacklogBytes

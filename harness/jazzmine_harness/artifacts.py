@@ -71,10 +71,13 @@ def collect(run, workspace_fd, requested):
     requested paths, each regular file once, in sorted order, as an artifact line and
     its chunk lines. Over the limits (run.quota, which the display images used first)
     nothing is sent and run gets an artifact_limit error."""
-    files = {}  # path -> size
-    for root in [OUT] + [r for r in requested if r != OUT]:
-        _find(workspace_fd, root, files, run.warn)
-    why = run.quota.over(len(files), sum(files.values()))
+    files = _Found(run.quota.max_count - run.quota.count)  # path -> size
+    try:
+        for root in [OUT] + [r for r in requested if r != OUT]:
+            _find(workspace_fd, root, files, run.warn)
+        why = run.quota.over(len(files), sum(files.values())) or _sparse(workspace_fd, sum(files.values()))
+    except _TooMany:  # one more than allowed is enough to say so: the walk stops there
+        why = "at least %d files, at most %d are allowed" % (run.quota.count + len(files), run.quota.max_count)
     if why is not None:
         run.emit({"type": p.ERROR, "kind": p.KIND_ARTIFACT_LIMIT, "error": "artifacts: " + why})
         return
@@ -84,6 +87,35 @@ def collect(run, workspace_fd, requested):
         return
     for path in sorted(files):
         _send(run, workspace_fd, path, headers[path])
+
+
+class _TooMany(Exception):
+    """The walk found more files than may be sent."""
+
+
+class _Found(dict):
+    """The files found: path -> size. Past one more than room it stops the walk, so
+    that a script that leaves 100,000 files does not keep the harness walking them."""
+
+    def __init__(self, room):
+        super().__init__()
+        self.room = room
+
+    def __setitem__(self, path, size):
+        super().__setitem__(path, size)
+        if len(self) > self.room:
+            raise _TooMany()
+
+
+def _sparse(workspace_fd, size):
+    """Why files of size bytes in all cannot be the workspace's own, or None: more bytes
+    than it holds are sparse files (a truncate() to 200 MB takes no space), which would
+    store zeros past every limit the sandbox sets on the disk."""
+    st = os.fstatvfs(workspace_fd)
+    holds = st.f_blocks * st.f_frsize
+    if size > holds:
+        return "%d bytes, more than the workspace holds (%d bytes): sparse files are not stored" % (size, holds)
+    return None
 
 
 def _find(workspace_fd, root, files, warn):

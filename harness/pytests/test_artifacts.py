@@ -95,7 +95,21 @@ emit_result(1)
 
     def test_too_many_files_give_artifact_limit_and_no_artifact(self):
         events = self.execute("c1", "import os\nos.makedirs('out')\nfor i in range(3):\n    open('out/%d' % i, 'w').write('x')\nemit_result(1)", max_artifacts=2)
-        self.assertEqual([(e["kind"], e["error"]) for e in events if e["type"] == "error"], [("artifact_limit", "artifacts: 3 files, at most 2 are allowed")])
+        self.assertEqual([(e["kind"], e["error"]) for e in events if e["type"] == "error"], [("artifact_limit", "artifacts: at least 3 files, at most 2 are allowed")])
+        self.assertEqual([e["type"] for e in events if e["type"] in ("artifact", "chunk")], [])
+
+    def test_the_walk_stops_one_file_past_the_limit(self):
+        # 2,000 files and a limit of 2: the walk stops at the third (it does not count
+        # them all, which a script could make take seconds), and says so.
+        events = self.execute("c2", "import os\nos.makedirs('out')\nfor i in range(2000):\n    open('out/%04d' % i, 'w').close()\nemit_result(1)", max_artifacts=2)
+        self.assertEqual([(e["kind"], e["error"]) for e in events if e["type"] == "error"], [("artifact_limit", "artifacts: at least 3 files, at most 2 are allowed")])
+
+    def test_files_larger_than_the_workspace_holds_are_not_stored(self):
+        # A sparse file takes no space: truncate() to more than the workspace's size.
+        events = self.execute("sp", "import os\nos.makedirs('out')\nst = os.statvfs('.')\nwith open('out/zeros', 'wb') as f:\n    f.truncate(st.f_blocks * st.f_frsize + 1)\nemit_result(1)", max_artifact_bytes=1 << 40)
+        errors = [(e["kind"], e["error"]) for e in events if e["type"] == "error"]
+        self.assertEqual([k for k, _ in errors], ["artifact_limit"])
+        self.assertIn("more than the workspace holds", errors[0][1])
         self.assertEqual([e["type"] for e in events if e["type"] in ("artifact", "chunk")], [])
 
     def test_too_many_bytes_give_artifact_limit_and_no_artifact(self):
@@ -107,7 +121,7 @@ emit_result(1)
         script = "class I:\n    def _repr_png_(self):\n        return b'png'\ndisplay(I())\nimport os\nos.makedirs('out')\nopen('out/a', 'w').write('x')\nemit_result(1)"
         events = self.execute("i1", script, max_artifacts=1)
         self.assertEqual([h["path"] for h, _ in blobs(events)], ["display/1.png"])
-        self.assertEqual([(e["kind"], e["error"]) for e in events if e["type"] == "error"], [("artifact_limit", "artifacts: 2 files, at most 1 are allowed")])
+        self.assertEqual([(e["kind"], e["error"]) for e in events if e["type"] == "error"], [("artifact_limit", "artifacts: at least 2 files, at most 1 are allowed")])
 
     def test_a_cancelled_execution_sends_no_artifacts(self):
         self.h.send(type="execute", execution_id="x1", nonce="n-x1", script="import os, time\nos.makedirs('out')\nopen('out/a', 'w').write('x')\nprint('go', flush=True)\ntime.sleep(10)")

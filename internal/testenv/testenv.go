@@ -29,7 +29,7 @@ var (
 	dockerCli  *client.Client
 	dockerErr  error
 
-	imagesMu sync.Mutex                  // guards images
+	imagesMu sync.Mutex                   // guards images
 	images   = map[string]*exampleImage{} // by sandbox name
 
 	binMu  sync.Mutex           // guards binDir and bins
