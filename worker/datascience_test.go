@@ -145,9 +145,9 @@ func TestALargeInputStreamsThroughTheWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := exec.CommandContext(ctx, testenv.WorkerBinary(t), "serve", "--config", config, "--metrics-addr", "", "--worker-id", newID("memory"))
+	ctx := context.Background()
+	id := newID("memory")
+	cmd := exec.Command(testenv.WorkerBinary(t), "serve", "--config", config, "--metrics-addr", "", "--worker-id", id)
 	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL())
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -161,8 +161,12 @@ func TestALargeInputStreamsThroughTheWorker(t *testing.T) {
 		select {
 		case <-done:
 		case <-time.After(time.Minute):
-			cancel()
+			_ = cmd.Process.Kill()
 			<-done
+		}
+		if left := testenv.ContainersOf(t, id); len(left) != 0 {
+			t.Errorf("the worker left containers %v after its shutdown", left)
+			testenv.RemoveContainersOf(t, id)
 		}
 		if t.Failed() {
 			t.Logf("worker log:\n%s", logs.String())
