@@ -309,12 +309,12 @@ func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wir
 	tc := propagation.MapCarrier{}
 	pr.tel.prop.Inject(ectx, tc)
 	req.TraceParent, req.TraceState = tc["traceparent"], tc["tracestate"]
-	res, err := lease.Run(ectx, req, func(ctx context.Context, hev harness.Event) error {
+	res, err := lease.Run(ectx, req, func(runCtx context.Context, hev harness.Event) error {
 		ev, ok := fromHarness(hev)
 		if !ok {
 			return nil
 		}
-		if err := pr.files.put(ctx, ref.key(), attempt, hev, ev); err != nil {
+		if err := pr.files.put(runCtx, ref.key(), attempt, hev, ev); err != nil {
 			// The bucket is full, or failing: the run goes on, and fails at its end.
 			// Not an error of the callback, which would retry the job for as long.
 			if unstored == nil {
