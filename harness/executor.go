@@ -44,6 +44,9 @@ type Request struct {
 	// wire.DefaultMaxArtifactBytes.
 	MaxArtifacts     int
 	MaxArtifactBytes int64
+	// Session runs the script in the container's session process, which keeps its
+	// globals from one such execution to the next; nothing is reset between them.
+	Session bool
 }
 
 // Intermediate is a partial result sent by emit_intermediate.
@@ -191,6 +194,7 @@ func (r *run) run(ctx context.Context) error {
 		Artifacts:        r.req.Artifacts,
 		MaxArtifacts:     r.req.MaxArtifacts,
 		MaxArtifactBytes: r.req.MaxArtifactBytes,
+		Session:          r.req.Session,
 	})
 	if err != nil {
 		return r.fail(ctx, wire.KindCrashed, ErrStdoutClosed)

@@ -9,7 +9,7 @@ import (
 )
 
 // Version is the protocol version the embedded harness announces in its ready event.
-const Version = "2"
+const Version = "3"
 
 // Defaults of an execution, used where a Request leaves a field zero.
 const (
@@ -85,6 +85,8 @@ const (
 	KindInfrastructure = wire.KindInfrastructure
 	KindInputFile      = wire.KindInputFile
 	KindArtifactLimit  = wire.KindArtifactLimit
+	KindSessionLost    = wire.KindSessionLost
+	KindSessionLimit   = wire.KindSessionLimit
 )
 
 // EventChunk is a line of the bytes of the artifact or display image whose line came
@@ -170,6 +172,7 @@ type request struct {
 	Artifacts        []string `json:"artifacts,omitempty"`
 	MaxArtifacts     int      `json:"max_artifacts,omitempty"`
 	MaxArtifactBytes int64    `json:"max_artifact_bytes,omitempty"`
+	Session          bool     `json:"session,omitempty"`
 }
 
 // fileRequest is the line that starts an input file: its chunk lines follow.

@@ -68,6 +68,17 @@ func (l *Lease) Run(ctx context.Context, req harness.Request, on harness.EventFu
 	return res, err
 }
 
+// AwaitReady waits, after Run, for the harness to say it is ready for the next
+// request (its reset_done, which after a session's execution resets nothing): a
+// session keeps its lease from one call to the next and runs them one at a time.
+func (l *Lease) AwaitReady(ctx context.Context) error {
+	if !l.ran {
+		return nil
+	}
+	l.ran = false
+	return l.c.conn.AwaitReset(ctx)
+}
+
 // Release gives the container back: reset and reused, or removed if it was marked
 // with Retire, has reached MaxUses, or the pool is closing. It does not block on the
 // reset. Calls after the first do nothing.

@@ -34,6 +34,9 @@ const (
 	// RetireViolation: the harness stream broke the protocol (harness.ErrProtocol):
 	// a line nobody asked for, or an answer without its request's nonce.
 	RetireViolation = "protocol_violation"
+	// RetireSession: the container held a session, which ended; it is never lent
+	// to anything else.
+	RetireSession = "session_ended"
 )
 
 // Pool keeps warm containers of each sandbox and lends them out one execution at a

@@ -80,6 +80,13 @@ const (
 	// larger, than max_artifacts or max_artifact_bytes allow; none of them
 	// was stored.
 	KindArtifactLimit = "artifact_limit"
+	// KindSessionLost means that the session of the call ended before it:
+	// its worker or its process died, it was idle past its TTL or past its
+	// maximum life, or it was closed. The call did not run.
+	KindSessionLost = "session_lost"
+	// KindSessionLimit means that no worker could open the session: each was
+	// at its limit of sessions.
+	KindSessionLimit = "session_limit"
 )
 
 // Event is one step of an execution, published on

@@ -104,6 +104,15 @@ type Job struct {
 	// execution fails with [KindArtifactLimit].
 	MaxArtifacts     int   `json:"max_artifacts,omitempty" msgpack:"max_artifacts,omitempty"`
 	MaxArtifactBytes int64 `json:"max_artifact_bytes,omitempty" msgpack:"max_artifact_bytes,omitempty"`
+
+	// SessionID makes the job a call of a session: it runs in the session's
+	// own Python process, whose globals, imports and workspace the earlier
+	// calls left. Such a job is published on [SessionSubject]; it matches
+	// ^[A-Za-z0-9_-]{1,64}$.
+	SessionID string `json:"session_id,omitempty" msgpack:"session_id,omitempty"`
+	// SessionClose ends the session after this call; its script may then be
+	// empty (the call only closes the session).
+	SessionClose bool `json:"session_close,omitempty" msgpack:"session_close,omitempty"`
 }
 
 // Validate checks j against the rules of the NATS contract and fills its
@@ -151,7 +160,15 @@ func (j *Job) validate(subjectSandbox string, maxScriptBytes int) error {
 		return err
 	}
 
+	if j.SessionID != "" {
+		if err := ValidateID("session_id", j.SessionID); err != nil {
+			return err
+		}
+	} else if j.SessionClose {
+		return fmt.Errorf("session_close without a session_id")
+	}
 	switch {
+	case j.Script == "" && j.SessionClose:
 	case j.Script == "":
 		return fmt.Errorf("script is missing")
 	case len(j.Script) > maxScriptBytes:
