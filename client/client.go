@@ -177,6 +177,9 @@ func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
 		return nil, fmt.Errorf("submit job: %w", err)
 	}
 	id, subject := job.ExecutionID, wire.ExecSubject(job.Sandbox)
+	if job.SessionID != "" {
+		subject = wire.SessionSubject(job.Sandbox, job.SessionID)
+	}
 	data, err := wire.EncodeJob(c.contentType, &job)
 	if err != nil {
 		return nil, fmt.Errorf("submit execution %q: %w", id, err)

@@ -32,6 +32,10 @@ const (
 	DefaultMaxBacklog        = 100_000
 	DefaultMaxBacklogBytes   = 1 << 30
 	DefaultFilesMaxBytes     = 1 << 30
+	DefaultMaxSessions       = 16               // per worker
+	DefaultSandboxSessions   = 4                // per sandbox and worker
+	DefaultSessionIdleTTL    = 10 * time.Minute // a session idle this long ends
+	DefaultSessionMaxLife    = time.Hour        // a session this old ends
 	DefaultLivenessTTL       = 15 * time.Second
 	DefaultExecutionTimeout  = harness.DefaultTimeout        // the harness's, one definition
 	DefaultMaxOutputBytes    = harness.DefaultMaxOutputBytes // the harness's, one definition
@@ -49,6 +53,9 @@ const (
 	// not in BucketWorkers (one of this fleet that died), and never those of a worker
 	// it does not find (another fleet's, sharing the Docker host).
 	BucketFleet = "jazzmine_fleet"
+	// BucketSessions holds the fleet's sessions, by session id: the worker that holds
+	// each, and whether it ended and why.
+	BucketSessions = "jazzmine_sessions"
 )
 
 // FleetMemory is how long BucketFleet remembers a worker after its last refresh. A
@@ -71,6 +78,9 @@ type Sandbox struct {
 	// workspace, which holds them. Zero leaves it to the harness, which fails the job
 	// when they do not fit.
 	MaxInputBytes int64
+	// MaxSessions caps the sessions of the sandbox this worker holds at once; zero
+	// means DefaultSandboxSessions. Each holds a container of the pool.
+	MaxSessions int
 }
 
 // Config configures a Worker. Dependencies are required unless said otherwise.
@@ -110,6 +120,11 @@ type Config struct {
 	// fails (DiscardNew). Zero means DefaultMaxBacklog and DefaultMaxBacklogBytes.
 	MaxBacklog      int64
 	MaxBacklogBytes int64
+	// MaxSessions caps the sessions this worker holds at once; SessionIdleTTL and
+	// SessionMaxLife end one idle that long, or that old. Zero means the defaults.
+	MaxSessions    int
+	SessionIdleTTL time.Duration
+	SessionMaxLife time.Duration
 	// FilesMaxBytes bounds the bucket wire.FilesBucket (input objects, artifacts,
 	// display images): past it, an artifact is not stored and its execution fails.
 	// Zero means DefaultFilesMaxBytes.
@@ -156,6 +171,16 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBacklog == 0 {
 		c.MaxBacklog = DefaultMaxBacklog
+	}
+	def(&c.SessionIdleTTL, DefaultSessionIdleTTL)
+	def(&c.SessionMaxLife, DefaultSessionMaxLife)
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	for i := range c.Sandboxes {
+		if c.Sandboxes[i].MaxSessions == 0 {
+			c.Sandboxes[i].MaxSessions = DefaultSandboxSessions
+		}
 	}
 	if c.FilesMaxBytes == 0 {
 		c.FilesMaxBytes = DefaultFilesMaxBytes
@@ -237,4 +262,15 @@ func NewWorkerID() string {
 func nuidSuffix() string {
 	id := nuid.Next()
 	return id[len(id)-6:]
+}
+
+// sandbox returns the sandbox of that name this worker serves (the zero Sandbox when
+// none).
+func (c *Config) sandbox(name string) Sandbox {
+	for _, sb := range c.Sandboxes {
+		if sb.Name == name {
+			return sb
+		}
+	}
+	return Sandbox{}
 }

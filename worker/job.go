@@ -52,7 +52,17 @@ func (pr *processor) stop() {
 
 // handle runs one delivery of a job to its end: events published and acknowledged by
 // the events stream, then the job acked, nakked or terminated.
-func (pr *processor) handle(sandbox string, msg jetstream.Msg) {
+func (pr *processor) handle(sandbox string, msg jetstream.Msg) { pr.handleIn(sandbox, msg, nil) }
+
+// handleSession is handle for a call of session h, run in its container; it returns
+// why the session must end after it, or "".
+func (pr *processor) handleSession(h *session, msg jetstream.Msg) string {
+	pr.handleIn(h.sandbox, msg, h)
+	return h.ended
+}
+
+// handleIn is handle, in the container of sess when it is not nil.
+func (pr *processor) handleIn(sandbox string, msg jetstream.Msg, sess *session) {
 	attempt := 1
 	if meta, err := msg.Metadata(); err == nil {
 		attempt = int(meta.NumDelivered)
@@ -84,7 +94,7 @@ func (pr *processor) handle(sandbox string, msg jetstream.Msg) {
 
 	// Keep the job ours while it waits for a container and runs.
 	stopBeat := pr.heartbeat(msg)
-	out, reason := pr.process(ctx, sandbox, msg, attempt, last, log)
+	out, reason := pr.process(ctx, sandbox, msg, attempt, last, log, sess)
 	stopBeat()
 
 	act, delay := decide(out, last, pr.nakDelay(attempt))
@@ -133,7 +143,7 @@ func (pr *processor) heartbeat(msg jetstream.Msg) (stop func()) {
 // process decodes, validates and runs the job. It returns the outcome and, for a
 // terminated job, the reason. Its steps: decode, then (unless an earlier attempt or
 // a cancel ended the job) checkout, run and finish.
-func (pr *processor) process(traced context.Context, sandbox string, msg jetstream.Msg, attempt int, last bool, log *slog.Logger) (outcome, string) {
+func (pr *processor) process(traced context.Context, sandbox string, msg jetstream.Msg, attempt int, last bool, log *slog.Logger, sess *session) (outcome, string) {
 	job, ref, ct, err := decode(sandbox, msg, pr.cfg.MaxScriptBytes)
 	if err != nil {
 		return pr.invalid(traced, job, ref, ct, attempt, err, log)
@@ -165,6 +175,9 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 	if err != nil {
 		return pr.noInputs(ctx, p, sandbox, attempt, last, err, log)
 	}
+	if sess != nil {
+		return pr.inSession(ctx, sess, job, inputs, p, ref, attempt, log)
+	}
 	lease, err := pr.checkout(ctx, sandbox)
 	if err != nil {
 		return pr.noContainer(ctx, p, sandbox, attempt, last, err, log)
@@ -195,6 +208,9 @@ func decode(sandbox string, msg jetstream.Msg, maxScript int) (job *wire.Job, re
 	}
 	if err == nil {
 		err = sameIDs(headerID, job.ExecutionID)
+	}
+	if err == nil {
+		err = sameSession(msg.Subject(), job)
 	}
 	if err != nil {
 		return job, execRef{ref.tenant, ownedID(job, headerID)}, ct, err
@@ -294,6 +310,7 @@ func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wir
 		Artifacts:        job.Artifacts,
 		MaxArtifacts:     job.MaxArtifacts,
 		MaxArtifactBytes: job.MaxArtifactBytes,
+		Session:          job.SessionID != "",
 	}
 	var unstored error // the first artifact or image the bucket did not take
 	if req.Timeout <= 0 {
@@ -386,6 +403,19 @@ func (pr *processor) endCancelled(ctx context.Context, p *publisher, log *slog.L
 		return outUnstored, "cancel events not published"
 	}
 	return outCancelled, ""
+}
+
+// sameSession checks that a session call came on its session's subject, and that a
+// job on a sandbox's subject names no session.
+func sameSession(subject string, job *wire.Job) error {
+	_, id, err := wire.ParseSessionSubject(subject)
+	switch {
+	case err != nil && job.SessionID != "":
+		return fmt.Errorf("session_id %q: a session's calls are published on %s", job.SessionID, wire.SessionSubject(job.Sandbox, job.SessionID))
+	case err == nil && job.SessionID != id:
+		return fmt.Errorf("session_id %q differs from the session %q of the subject", job.SessionID, id)
+	}
+	return nil
 }
 
 // sameIDs checks that a job's Nats-Msg-Id header names the execution its body does.

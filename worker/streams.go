@@ -54,10 +54,26 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create or update object store %s: %w", wire.FilesBucket, err)
 	}
+	_, err = w.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        wire.StreamSessions,
+		Description: "jazzmine session calls, one subject per session",
+		Subjects:    []string{wire.SessionWildcard},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      c.SessionMaxLife + c.EventsMaxAge,
+		MaxMsgs:     c.MaxBacklog,
+		MaxBytes:    c.MaxBacklogBytes,
+		Duplicates:  c.DuplicateWindow,
+		Replicas:    c.Replicas,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return fmt.Errorf("create or update stream %s: %w", wire.StreamSessions, err)
+	}
 	for _, b := range []jetstream.KeyValueConfig{
 		{Bucket: BucketWorkers, Description: "live jazzmine workers", TTL: c.LivenessTTL, Replicas: c.Replicas, History: 1},
 		{Bucket: BucketCancels, Description: "cancelled jazzmine executions", TTL: c.EventsMaxAge, Replicas: c.Replicas, History: 1},
 		{Bucket: BucketFleet, Description: "jazzmine workers of this fleet, alive or dead", TTL: FleetMemory, Replicas: c.Replicas, History: 1},
+		{Bucket: BucketSessions, Description: "jazzmine sessions: their worker, or why they ended", TTL: c.SessionMaxLife + c.EventsMaxAge, Replicas: c.Replicas, History: 1},
 	} {
 		kv, err := w.js.CreateOrUpdateKeyValue(ctx, b)
 		if err != nil {
@@ -66,10 +82,13 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		switch b.Bucket {
 		case BucketWorkers:
 			w.live.workers = kv
+			w.sessions.workers = kv
 		case BucketCancels:
 			w.cancels.kv = kv
 		case BucketFleet:
 			w.live.fleet = kv
+		case BucketSessions:
+			w.sessions.kv = kv
 		}
 	}
 	for _, sb := range c.Sandboxes {
@@ -89,6 +108,20 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 			return fmt.Errorf("create or update consumer for sandbox %q: %w", sb.Name, err)
 		}
 		w.producer.consumers[sb.Name] = cons
+		opener, err := w.js.CreateOrUpdateConsumer(ctx, wire.StreamSessions, jetstream.ConsumerConfig{
+			Durable:       wire.SessionOpenerName(sb.Name),
+			Description:   "calls of sandbox " + sb.Name + "'s sessions, to open and answer for them",
+			FilterSubject: wire.SessionSandboxWildcard(sb.Name),
+			DeliverPolicy: jetstream.DeliverNewPolicy,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       c.AckWait,
+			MaxDeliver:    -1,
+			Replicas:      c.Replicas,
+		})
+		if err != nil {
+			return fmt.Errorf("create or update the session opener of sandbox %q: %w", sb.Name, err)
+		}
+		w.sessions.openers[sb.Name] = opener
 	}
 	return nil
 }

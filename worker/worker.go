@@ -35,6 +35,7 @@ type Worker struct {
 	live     *liveness   // BucketWorkers and BucketFleet (liveness.go)
 	bg       *background // cancels' and triage's work (background.go)
 	files    *files      // wire.FilesBucket: input files and artifacts (files.go)
+	sessions *sessions   // StreamSessions, BucketSessions: sessions (session.go)
 
 	mu      sync.Mutex // guards stopped
 	stopped bool
@@ -68,6 +69,7 @@ func New(cfg Config) (*Worker, error) {
 	w.files = &files{js: js}
 	w.proc = newProcessor(&w.cfg, tel, w.events, w.cancels, running, w.files)
 	w.producer = newProducer(cfg.Sandboxes, w.proc.handle, cfg.Logger)
+	w.sessions = newSessions(&w.cfg, js, w.proc, w.events)
 	w.triage = newTriage(js, cfg.Sandboxes, w.events, w.bg, cfg.Logger)
 	w.live = &liveness{id: cfg.WorkerID, ttl: cfg.LivenessTTL, log: cfg.Logger}
 	w.pulling, w.stopPulling = context.WithCancel(context.Background())
@@ -100,6 +102,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.bg.start() // what the subscriptions queued meanwhile waits for it
 	w.live.keep(w.pulling)
 	w.producer.start(w.pulling)
+	w.sessions.start(w.pulling)
 	w.log.Info("worker started", "sandboxes", len(w.cfg.Sandboxes))
 	return nil
 }
@@ -143,7 +146,7 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	w.stopped = true
 	w.mu.Unlock()
 	w.stopPulling()
-	finished := w.producer.done()
+	finished := w.finished()
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
 	select {
@@ -175,4 +178,18 @@ func (w *Worker) unsubscribe() {
 		_ = s.Unsubscribe()
 	}
 	w.subs = nil
+}
+
+// finished is closed when the pull loops and the jobs they run, and the sessions and
+// their calls, have ended. Sessions end once their running call has (their later
+// calls get session_lost).
+func (w *Worker) finished() <-chan struct{} {
+	jobs := w.producer.done()
+	done := make(chan struct{})
+	go func() {
+		w.sessions.stop()
+		<-jobs
+		close(done)
+	}()
+	return done
 }

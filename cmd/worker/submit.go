@@ -41,6 +41,8 @@ func submit(ctx context.Context, args []string, getenv func(string) string, stdi
 	fs.Var(&secrets, "secret", "a secret the script requires (repeatable)")
 	fs.Var(&meta, "meta", "metadata key=value echoed in every event (repeatable)")
 	fs.Var(&files, "file", "LOCAL[:PATH]: a local file the script finds at PATH in /workspace, its base name by default (repeatable)")
+	session := fs.String("session", "", "run as a call of session ID (opened by its first call; its globals, imports and files stay for the next)")
+	closeSession := fs.Bool("close-session", false, "end the --session after this call (the script may then be left out)")
 	out := fs.String("out", "", "a directory to save the execution's artifacts and display images in, at their workspace paths")
 	auth := addNATSAuthFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
@@ -50,9 +52,11 @@ func submit(ctx context.Context, args []string, getenv func(string) string, stdi
 	if err != nil {
 		return usageError("submit: %v", err)
 	}
-	script, err := readScript(*code, fs.Args(), stdin)
-	if err != nil {
-		return usageError("submit: %v", err)
+	var script string
+	if !*closeSession || *code != "" || len(fs.Args()) > 0 {
+		if script, err = readScript(*code, fs.Args(), stdin); err != nil {
+			return usageError("submit: %v", err)
+		}
 	}
 	ct := wire.ContentTypeMsgpack
 	switch *encoding {
@@ -62,7 +66,8 @@ func submit(ctx context.Context, args []string, getenv func(string) string, stdi
 	default:
 		return usageError("submit: --encoding must be msgpack or json")
 	}
-	job := wire.Job{ExecutionID: *id, Sandbox: *sandbox, Script: script, Mode: *mode, TimeoutSec: *timeout, RequiredSecrets: secrets}
+	job := wire.Job{ExecutionID: *id, Sandbox: *sandbox, Script: script, Mode: *mode, TimeoutSec: *timeout, RequiredSecrets: secrets,
+		SessionID: *session, SessionClose: *closeSession}
 	for _, kv := range meta {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {

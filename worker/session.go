@@ -1,0 +1,396 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/harness"
+	"github.com/jazzmine/worker/sandboxpool"
+	"github.com/jazzmine/worker/wire"
+)
+
+// Sessions. A session's calls are published on jazzmine.session.<sandbox>.<id> and
+// kept in StreamSessions. Two kinds of consumers read them:
+//
+//   - per sandbox, the fleet's opener (wire.SessionOpenerName) sees every call once,
+//     on one worker. A call of a session nobody holds opens it there: the worker
+//     claims the session in BucketSessions (a create, so one worker wins), takes a
+//     container of its own for it and makes the session's consumer. A call of a
+//     session that ended (closed, idle, too old, its process or its worker died) is
+//     answered with session_lost by the opener, and never runs: no silent new session.
+//   - per session, its owner's consumer (wire.SessionConsumerName), which starts at
+//     the first call and delivers the calls in order, one at a time.
+//
+// The opener acks the calls of live sessions without doing anything: their owner's
+// consumer has them too.
+
+// Session states in BucketSessions.
+const (
+	sessionOpen  = "open"
+	sessionEnded = "ended"
+)
+
+// sessionEntry is a session's entry in BucketSessions, keyed by its id.
+type sessionEntry struct {
+	Worker  string `json:"worker"`
+	Sandbox string `json:"sandbox"`
+	State   string `json:"state"`
+	// Reason says why an ended session ended, for the session_lost of later calls.
+	Reason string `json:"reason,omitempty"`
+}
+
+// sessions holds this worker's sessions and runs the openers of its sandboxes.
+type sessions struct {
+	cfg     *Config
+	js      jetstream.JetStream
+	proc    *processor
+	events  *events
+	log     *slog.Logger
+	kv      jetstream.KeyValue // BucketSessions, set by ensureStreams
+	workers jetstream.KeyValue // BucketWorkers: is an owner alive
+	openers map[string]jetstream.Consumer
+
+	mu      sync.Mutex
+	held    map[string]*session // by session id
+	stopped bool
+	loops   sync.WaitGroup // openers and session loops
+}
+
+// session is one session this worker holds.
+type session struct {
+	id, sandbox string
+	lease       *sandboxpool.Lease
+	cons        jetstream.Consumer
+	opened      time.Time
+	ended       string // why it ended, once it has; set by the session's own loop
+}
+
+func newSessions(cfg *Config, js jetstream.JetStream, proc *processor, ev *events) *sessions {
+	return &sessions{cfg: cfg, js: js, proc: proc, events: ev, log: cfg.Logger, openers: map[string]jetstream.Consumer{}, held: map[string]*session{}}
+}
+
+// start runs an opener loop per sandbox until ctx ends.
+func (s *sessions) start(ctx context.Context) {
+	for _, sb := range s.cfg.Sandboxes {
+		s.loops.Add(1)
+		go s.open(ctx, sb.Name, s.openers[sb.Name])
+	}
+}
+
+// stop ends every session this worker holds (their next calls get session_lost) once
+// their running call, if any, has ended, and waits for the loops.
+func (s *sessions) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.loops.Wait()
+}
+
+// open is an opener loop: one call at a time of the sandbox's sessions.
+func (s *sessions) open(ctx context.Context, sandbox string, cons jetstream.Consumer) {
+	defer s.loops.Done()
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(1, jetstream.FetchContext(ctx))
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("fetch a session call", "sandbox", sandbox, "err", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		for msg := range batch.Messages() {
+			s.see(ctx, sandbox, msg)
+		}
+	}
+}
+
+// see decides what the opener does with a call.
+func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
+	_, id, err := wire.ParseSessionSubject(msg.Subject())
+	if err != nil { // the stream takes no other subject
+		_ = msg.Term()
+		return
+	}
+	entry, rev, err := s.entry(ctx, id)
+	if err != nil {
+		s.log.Warn("look up a session", "session_id", id, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	switch {
+	case entry == nil:
+		s.claim(ctx, sandbox, id, msg)
+		return
+	case entry.State == sessionOpen && entry.Worker != s.cfg.WorkerID:
+		alive, err := s.alive(ctx, entry.Worker)
+		if err != nil {
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		if !alive {
+			entry = &sessionEntry{Worker: entry.Worker, Sandbox: sandbox, State: sessionEnded, Reason: fmt.Sprintf("its worker %s died", entry.Worker)}
+			if _, err := s.kv.Update(ctx, id, mustJSON(entry), rev); err != nil {
+				_ = msg.NakWithDelay(time.Second) // someone else changed it: look again
+				return
+			}
+			_ = s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id))
+		}
+	}
+	if entry.State == sessionEnded {
+		s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason))
+	}
+	_ = msg.Ack()
+}
+
+// claim opens session id here for its first call msg, or, at this worker's limits,
+// leaves it to another worker (a nak) until the last delivery, which answers the call
+// with session_limit and ends the session before it began.
+func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.Msg) {
+	last := false
+	if meta, err := msg.Metadata(); err == nil {
+		last = int(meta.NumDelivered) >= s.cfg.MaxDeliver
+	}
+	if !s.room(sandbox) {
+		if !last {
+			_ = msg.NakWithDelay(200 * time.Millisecond)
+			return
+		}
+		reason := "no worker had room for it (session limits)"
+		if _, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionEnded, Reason: reason})); err == nil {
+			s.answer(sandbox, msg, wire.KindSessionLimit, fmt.Sprintf("session %s could not be opened: %s", id, reason))
+		}
+		_ = msg.Ack()
+		return
+	}
+	if _, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionOpen})); err != nil {
+		_ = msg.NakWithDelay(50 * time.Millisecond) // another worker claimed it first: see it again
+		return
+	}
+	meta, err := msg.Metadata()
+	if err == nil {
+		err = s.begin(ctx, sandbox, id, meta.Sequence.Stream)
+	}
+	if err != nil {
+		s.log.Warn("open a session", "session_id", id, "sandbox", sandbox, "err", err)
+		s.end(context.Background(), &session{id: id, sandbox: sandbox}, "it could not be opened: "+err.Error())
+		s.answer(sandbox, msg, wire.KindInfrastructure, fmt.Sprintf("session %s could not be opened: %v", id, err))
+	}
+	_ = msg.Ack()
+}
+
+// room reports whether this worker may open another session of sandbox.
+func (s *sessions) room(sandbox string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || len(s.held) >= s.cfg.MaxSessions {
+		return false
+	}
+	n := 0
+	for _, h := range s.held {
+		if h.sandbox == sandbox {
+			n++
+		}
+	}
+	return n < s.cfg.sandbox(sandbox).MaxSessions
+}
+
+// begin takes a container for the session and starts its loop on a consumer of its
+// calls from seq, its first.
+func (s *sessions) begin(ctx context.Context, sandbox, id string, seq uint64) error {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.AckWait)
+	defer cancel()
+	lease, err := s.cfg.Pool.Checkout(cctx, sandbox)
+	if err != nil {
+		return err
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(cctx, wire.StreamSessions, jetstream.ConsumerConfig{
+		Durable:       wire.SessionConsumerName(id),
+		Description:   "calls of session " + id,
+		FilterSubject: wire.SessionSubject(sandbox, id),
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   seq,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.cfg.AckWait,
+		MaxAckPending: 1,
+		Replicas:      s.cfg.Replicas,
+	})
+	if err != nil {
+		lease.Retire(sandboxpool.RetireSession)
+		lease.Release()
+		return err
+	}
+	h := &session{id: id, sandbox: sandbox, lease: lease, cons: cons, opened: time.Now()}
+	s.mu.Lock()
+	s.held[id] = h
+	s.mu.Unlock()
+	s.loops.Add(1)
+	go s.serve(h)
+	return nil
+}
+
+// serve runs the session's calls one at a time, in order, until it ends: closed, idle
+// past the TTL, past its maximum life, its process lost, or the worker stopping.
+func (s *sessions) serve(h *session) {
+	defer s.loops.Done()
+	idleSince := time.Now()
+	for h.ended == "" {
+		if reason := s.expired(h, idleSince); reason != "" {
+			h.ended = reason
+			break
+		}
+		msg, err := h.cons.Next(jetstream.FetchMaxWait(250 * time.Millisecond))
+		if err != nil {
+			continue // nothing yet (or a passing failure): look at the clocks again
+		}
+		h.ended = s.proc.handleSession(h, msg)
+		idleSince = time.Now()
+	}
+	s.end(context.Background(), h, h.ended)
+}
+
+// expired says why the session must end now, or "".
+func (s *sessions) expired(h *session, idleSince time.Time) string {
+	s.mu.Lock()
+	stopped := s.stopped
+	s.mu.Unlock()
+	switch {
+	case stopped:
+		return "its worker shut down"
+	case time.Since(idleSince) > s.cfg.SessionIdleTTL:
+		return fmt.Sprintf("it was idle for %v (the idle TTL)", s.cfg.SessionIdleTTL)
+	case time.Since(h.opened) > s.cfg.SessionMaxLife:
+		return fmt.Sprintf("it reached its maximum life of %v", s.cfg.SessionMaxLife)
+	}
+	return ""
+}
+
+// end marks the session ended with reason (later calls get session_lost saying it),
+// deletes its consumer and retires its container.
+func (s *sessions) end(ctx context.Context, h *session, reason string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	entry := mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: h.sandbox, State: sessionEnded, Reason: reason})
+	if _, err := s.kv.Put(ctx, h.id, entry); err != nil {
+		s.log.Warn("mark a session ended", "session_id", h.id, "err", err)
+	}
+	if h.cons != nil {
+		_ = s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(h.id))
+	}
+	if h.lease != nil {
+		h.lease.Retire(sandboxpool.RetireSession)
+		h.lease.Release()
+	}
+	s.mu.Lock()
+	delete(s.held, h.id)
+	s.mu.Unlock()
+	s.log.Info("session ended", "session_id", h.id, "sandbox", h.sandbox, "reason", reason)
+}
+
+// entry returns the session's entry and its revision, or nil when it has none.
+func (s *sessions) entry(ctx context.Context, id string) (*sessionEntry, uint64, error) {
+	kve, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var e sessionEntry
+	if err := json.Unmarshal(kve.Value(), &e); err != nil {
+		return nil, 0, fmt.Errorf("session %s: entry %q: %w", id, kve.Value(), err)
+	}
+	return &e, kve.Revision(), nil
+}
+
+// alive reports whether worker id has its liveness key.
+func (s *sessions) alive(ctx context.Context, id string) (bool, error) {
+	_, err := s.workers.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// answer ends a call that does not run with an error of kind, unless it has an end
+// already (its session's owner ran it before the session ended).
+func (s *sessions) answer(sandbox string, msg jetstream.Msg, kind, text string) {
+	job, ref, ct, err := decode(sandbox, msg, s.cfg.MaxScriptBytes)
+	if err != nil {
+		if ref.id != "" {
+			text = err.Error()
+			kind = wire.KindInvalidJob
+		} else {
+			return
+		}
+	}
+	ctx, cancel := publishContext()
+	defer cancel()
+	if ended, err := s.events.ended(ctx, ref.key()); err != nil || ended {
+		return
+	}
+	var meta map[string]string
+	if job != nil && err == nil {
+		meta = job.Metadata
+	}
+	p := s.events.publisher(ref, 1, ct, meta)
+	if perr := p.terminal(kind, text); perr != nil {
+		s.log.Warn("answer a session call", "execution_id", ref, "err", perr)
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only sessionEntry, which always encodes
+	}
+	return b
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}
+
+// inSession runs a call in its session's container (the processor's step for session
+// calls, in place of checkout and release) and settles whether the session goes on.
+func (pr *processor) inSession(ctx context.Context, sess *session, job *wire.Job, inputs []harness.InputFile, p *publisher, ref execRef, attempt int, log *slog.Logger) (outcome, string) {
+	if job.Script == "" { // a close, and nothing to run
+		sess.ended = "it was closed"
+		return pr.finish(ctx, p, &harness.Result{Success: true}, nil, log)
+	}
+	res, err := pr.run(ctx, sess.lease, job, inputs, p, ref, attempt)
+	if pr.handOver(ctx, ref, res, err, log) {
+		// Not back to the queue: the session is gone with this worker.
+		sess.ended = "its worker shut down during a call"
+		if perr := p.terminal(wire.KindSessionLost, "session "+sess.id+" ended: "+sess.ended); perr != nil {
+			return outUnstored, truncateReason(perr.Error())
+		}
+		return outRan, ""
+	}
+	switch {
+	case res == nil:
+	case res.ErrorKind == wire.KindSessionLost:
+		sess.ended = res.Error // the harness found its session process dead
+	case !res.Reusable:
+		sess.ended = fmt.Sprintf("its container was lost (%s: %s)", res.ErrorKind, res.Error)
+	default:
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := sess.lease.AwaitReady(rctx); err != nil {
+			sess.ended = "its container stopped answering: " + err.Error()
+		}
+		cancel()
+	}
+	if job.SessionClose && sess.ended == "" {
+		sess.ended = "it was closed"
+	}
+	return pr.finish(ctx, p, res, err, log)
+}
