@@ -1,0 +1,271 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jazzmine/worker/client"
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/internal/testworker"
+	"github.com/jazzmine/worker/sandboxpool"
+	"github.com/jazzmine/worker/wire"
+	"github.com/jazzmine/worker/worker"
+)
+
+func newSessionClient(t testing.TB, nc *nats.Conn) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{Conn: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// call runs script as the session's next call and returns its result.
+func call(t testing.TB, s *client.Session, script string) *client.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := s.Run(ctx, wire.Job{Mode: wire.ModeInteractive, Script: script})
+	if err != nil {
+		t.Fatalf("session %s: %v", s.ID, err)
+	}
+	return res
+}
+
+func mustSucceed(t testing.TB, res *client.Result) *client.Result {
+	t.Helper()
+	if !res.Success {
+		t.Fatalf("%s failed: %s: %s\n%s", res.ExecutionID, res.ErrorKind, res.Error, res.Traceback)
+	}
+	return res
+}
+
+// TestASessionKeepsItsStateBetweenCalls: a variable of call 1 is there in call 2, a
+// module imported in call 1 is used in call 3, a file written in call 1 is read in
+// call 3; a stateless job run beside the session sees none of it.
+func TestASessionKeepsItsStateBetweenCalls(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 2, nil)
+	c := newSessionClient(t, nc)
+	s := c.NewSession("default")
+
+	mustSucceed(t, call(t, s, "x = 41\nimport json\nopen('notes.txt', 'w').write('kept')"))
+	if got := mustSucceed(t, call(t, s, "emit_result(x + 1)")).FinalData; got != int64(42) {
+		t.Errorf("call 2 gave %v, want 42", got)
+	}
+	if got := mustSucceed(t, call(t, s, "emit_result(json.dumps({'notes': open('notes.txt').read()}))")).FinalData; got != `{"notes": "kept"}` {
+		t.Errorf("call 3 gave %v", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := c.Run(ctx, wire.Job{Sandbox: "default", Script: "import os\nemit_result(['x' in globals(), 'json' in globals(), os.path.exists('notes.txt')])"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(mustSucceed(t, res).FinalData); got != "[false false false]" {
+		t.Errorf("a stateless job beside the session saw %s", got)
+	}
+	if got := mustSucceed(t, call(t, s, "emit_result(x)")).FinalData; got != int64(41) {
+		t.Errorf("call 4 gave %v, want 41", got)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res = call(t, s, "emit_result(x)")
+	if res.Success || res.ErrorKind != wire.KindSessionLost || !strings.Contains(res.Error, "closed") {
+		t.Errorf("a call after close: %v %s: %s; want session_lost saying it was closed", res.Success, res.ErrorKind, res.Error)
+	}
+}
+
+// TestTwoSessionsDoNotSeeEachOther: sessions of one sandbox on one worker run in
+// containers of their own: neither sees the other's globals, files or processes.
+func TestTwoSessionsDoNotSeeEachOther(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 2, nil)
+	c := newSessionClient(t, nc)
+	a, b := c.NewSession("default"), c.NewSession("default")
+
+	mustSucceed(t, call(t, a, `secret = "alpha"
+open("secret.txt", "w").write(secret)
+import subprocess
+daemon = subprocess.Popen(["sleep", "300"])`))
+	mustSucceed(t, call(t, b, "mine = 'beta'"))
+	got := mustSucceed(t, call(t, b, `import os
+procs = []
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            procs.append(open("/proc/%s/cmdline" % pid, "rb").read().replace(b"\0", b" ").decode())
+        except OSError:
+            pass
+emit_result({"secret": "secret" in globals(), "file": os.path.exists("secret.txt"), "sleep": any(p.startswith("sleep") for p in procs), "mine": mine})`)).FinalData
+	if fmt.Sprint(got) != "map[file:false mine:beta secret:false sleep:false]" {
+		t.Errorf("session b saw %v", got)
+	}
+	if got := mustSucceed(t, call(t, a, "emit_result([secret, daemon.poll() is None])")).FinalData; fmt.Sprint(got) != "[alpha true]" {
+		t.Errorf("session a lost its state: %v", got)
+	}
+}
+
+// TestAnIdleSessionEndsAndFreesItsContainer: past the idle TTL the session ends, its
+// container is retired, and its next call gets session_lost saying why.
+func TestAnIdleSessionEndsAndFreesItsContainer(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	_, pool := startWorkerPool(t, nc, sandboxpool.Sandbox{PoolSize: 1, MaxOverflow: 1}, nil, func(c *worker.Config) { c.SessionIdleTTL = time.Second })
+	c := newSessionClient(t, nc)
+	s := c.NewSession("default")
+	mustSucceed(t, call(t, s, "x = 1"))
+	retired := func() uint64 { return pool.Stats().Sandboxes["default"].Retired[sandboxpool.RetireSession] }
+	testenv.WaitFor(t, 30*time.Second, "the idle session's container to be retired", func() bool { return retired() == 1 })
+	res := call(t, s, "emit_result(x)")
+	if res.Success || res.ErrorKind != wire.KindSessionLost || !strings.Contains(res.Error, "idle") {
+		t.Errorf("a call after the idle TTL: %v %s: %s; want session_lost saying it was idle", res.Success, res.ErrorKind, res.Error)
+	}
+}
+
+// TestSessionCallsFindTheirWorker: two workers, 20 sessions opened at once, three
+// calls each: every call of a session runs on the worker that opened it, in its
+// process (it sees the session's own value).
+func TestSessionCallsFindTheirWorker(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	tweak := func(c *worker.Config) { c.Sandboxes[0].MaxSessions = 12 }
+	for i := range 2 {
+		testworker.Start(t, nc, testworker.Options{ID: fmt.Sprintf("route-%d-%d", i, time.Now().UnixNano()), Sandbox: sandboxpool.Sandbox{PoolSize: 1, MaxOverflow: 12}, Worker: tweak})
+	}
+	c := newSessionClient(t, nc)
+	var wg sync.WaitGroup
+	workers := make([]map[string]bool, 20)
+	errs := make(chan error, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := c.NewSession("default")
+			workers[i] = map[string]bool{}
+			for n := range 3 {
+				res := call(t, s, fmt.Sprintf("if %d == 0:\n    mine = %q\nemit_result(mine)", n, s.ID))
+				if !res.Success || res.FinalData != s.ID {
+					errs <- fmt.Errorf("session %d call %d: %v %s %s: %v", i, n, res.Success, res.ErrorKind, res.Error, res.FinalData)
+					return
+				}
+				workers[i][res.WorkerID] = true
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	used := map[string]bool{}
+	for i, ws := range workers {
+		if len(ws) != 1 {
+			t.Errorf("session %d ran on workers %v", i, ws)
+		}
+		for w := range ws {
+			used[w] = true
+		}
+	}
+	t.Logf("the 20 sessions ran on %d workers", len(used))
+}
+
+// TestAKilledWorkersSessionsAreLost: a worker that holds a session is killed with
+// SIGKILL; the session's next call, taken by another worker once the first's liveness
+// key expired, gets session_lost, never a new empty session.
+func TestAKilledWorkersSessionsAreLost(t *testing.T) {
+	srv, nc := testenv.NATS(t)
+	testenv.SandboxImage(t)
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.yaml")
+	tools := filepath.Join(testenv.RepoRoot(), "examples", "tools", "*.py")
+	if err := os.WriteFile(config, []byte(`worker:
+  liveness_ttl: 2s
+sandboxes:
+  default:
+    tools: ["`+tools+`"]
+    pool: {size: 1, max_overflow: 1}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := newID("killed")
+	cmd := exec.Command(testenv.WorkerBinary(t), "serve", "--config", config, "--metrics-addr", "", "--worker-id", id)
+	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL())
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		testenv.RemoveContainersOf(t, id)
+		if t.Failed() {
+			t.Logf("killed worker's log:\n%s", logs.String())
+		}
+	})
+	newFilesAgent(t, nc) // waits for the worker's streams
+	c := newSessionClient(t, nc)
+	s := c.NewSession("default")
+	first := mustSucceed(t, call(t, s, "x = 1"))
+	if first.WorkerID != id {
+		t.Fatalf("the session opened on %s, not the worker to kill", first.WorkerID)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, nc, 1, 0, nil) // takes the next call
+	time.Sleep(3 * time.Second)   // past the killed worker's liveness TTL
+	res := call(t, s, "emit_result(x)")
+	if res.Success || res.ErrorKind != wire.KindSessionLost || !strings.Contains(res.Error, id) {
+		t.Errorf("the call after the worker died: %v %s: %s (worker %s); want session_lost naming the dead worker", res.Success, res.ErrorKind, res.Error, res.WorkerID)
+	}
+}
+
+// BenchmarkSessionCall is a session's call against a stateless call of the trivial
+// job, in the same run, alternating, 5 ms apart: their median and p99.
+func BenchmarkSessionCall(b *testing.B) {
+	_, nc := testenv.NATS(b)
+	startWorker(b, nc, 2, 1, nil)
+	c := newClient(b, nc)
+	ctx := context.Background()
+	s := c.NewSession("default")
+	session := func() {
+		res, err := s.Run(ctx, wire.Job{Script: trivial})
+		if err != nil || !res.Success {
+			b.Fatalf("session call: %v %+v", err, res)
+		}
+	}
+	run(b, ctx, c, 3)
+	session()
+	stateless := make([]time.Duration, 0, b.N)
+	calls := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		time.Sleep(callGap)
+		b.StartTimer()
+		t0 := time.Now()
+		run(b, ctx, c, 1)
+		stateless = append(stateless, time.Since(t0))
+		b.StopTimer()
+		time.Sleep(callGap)
+		b.StartTimer()
+		t0 = time.Now()
+		session()
+		calls = append(calls, time.Since(t0))
+	}
+	b.StopTimer()
+	testenv.ReportLatency(b, "stateless-", stateless)
+	testenv.ReportLatency(b, "session-", calls)
+}
