@@ -1,6 +1,6 @@
 """jazzmine executor harness: the long-lived process inside every sandbox container.
 
-Protocol (one JSON object a line), version 2:
+Protocol (one JSON object a line), version 3:
   host -> harness on stdin:  file and chunk (input files, before an execute), execute,
                              cancel, reset, ping
   harness -> host on stdout: ready, intermediate, log, stdout, stderr, display,
@@ -20,7 +20,10 @@ Three kinds of process:
     memory every child inherits stays as the harness left it (see zygote.zygote_main);
   - a child per execute (child.child_main), forked ahead of its request and warmed up,
     in its own session, so nothing a script does to modules, globals, threads, signal
-    handlers or the working directory survives into the next execution.
+    handlers or the working directory survives into the next execution. A session's
+    executes ("session": true) are the exception, asked for: they run one after the
+    other in one child, kept between them with what they left, until the session is
+    ended (a reset, a non-session execute) or lost (see session).
 The harness is the only writer of the protocol stream: a child's events and output reach
 it through pipes and it stamps each with the execution id (run.Run); script_done,
 reset_done and pong carry the nonce of the request they answer, which no child ever
@@ -45,6 +48,7 @@ The modules, each one concern:
   egress    the child's relay to the egress proxy's socket
   zygote    the fork server, and the harness's side of it
   run       one execution as the parent supervises it
+  session   a session's calls in one kept child, and the session's loss
   artifacts the files an execution leaves, collected after it, and their limits
   server    the executor loop: requests, executions, resets
 Importing the package imports every module of it, before the protocol's descriptors

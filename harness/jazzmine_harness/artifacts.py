@@ -1,5 +1,6 @@
 """Artifacts: the files an execution leaves in out/ and at the paths its request names,
-collected by the parent once every process of the execution is dead, and the limits
+collected by the parent once every process of the execution is dead (a session's
+call: once the call is done, its session's processes running on), and the limits
 they share with the display images (Quota).
 
 The script's author chose every name and type under the workspace, and has read this:
@@ -70,7 +71,7 @@ def collect(run, workspace_fd, requested):
     """Sends the artifacts of run (run.Run, whose processes are all dead): out/ and the
     requested paths, each regular file once, in sorted order, as an artifact line and
     its chunk lines. Over the limits (run.quota, which the display images used first)
-    nothing is sent and run gets an artifact_limit error."""
+    nothing is sent and run gets an artifact_limit error. Returns the paths sent."""
     files = _Found(run.quota.max_count - run.quota.count)  # path -> size
     try:
         for root in [OUT] + [r for r in requested if r != OUT]:
@@ -80,13 +81,34 @@ def collect(run, workspace_fd, requested):
         why = "at least %d files, at most %d are allowed" % (run.quota.count + len(files), run.quota.max_count)
     if why is not None:
         run.emit({"type": p.ERROR, "kind": p.KIND_ARTIFACT_LIMIT, "error": "artifacts: " + why})
-        return
+        return []
     headers = {path: {"type": p.ARTIFACT, "execution_id": run.eid, "path": path, "size": size, "content_type": content_type(path)} for path, size in files.items()}
     if run.used() + sum(p.encoded_len(h) for h in headers.values()) > run.budget:
         run.emit(run.output_limit())  # their lines would pass max_output_bytes
-        return
-    for path in sorted(files):
-        _send(run, workspace_fd, path, headers[path])
+        return []
+    return [path for path in sorted(files) if _send(run, workspace_fd, path, headers[path])]
+
+
+def empty_outbox(workspace_fd, sent):
+    """Removes the files of sent (paths collect sent) that are under out/: a session's
+    out/ is an outbox, and what it held has gone out with its call. The requested
+    paths outside out/ stay. Each file is unlinked relative to its directory, walked
+    without following links; one that cannot be is left (the session's own processes
+    run meanwhile, and may have moved it)."""
+    for path in sent:
+        names = path.split("/")
+        if len(names) < 2 or names[0] != OUT:
+            continue
+        try:
+            parent = paths.open_dir(workspace_fd, names[:-1])
+        except OSError:
+            continue
+        try:
+            os.unlink(names[-1], dir_fd=parent)
+        except OSError:
+            pass
+        finally:
+            os.close(parent)
 
 
 class _TooMany(Exception):
@@ -192,7 +214,8 @@ def _printable(path):
 
 
 def _send(run, workspace_fd, path, header):
-    """Sends one artifact: its line, then its bytes as chunk lines."""
+    """Sends one artifact: its line, then its bytes as chunk lines. Whether its line
+    was sent."""
     names = path.split("/")
     try:
         parent = paths.open_dir(workspace_fd, names[:-1])
@@ -221,6 +244,7 @@ def _send(run, workspace_fd, path, header):
                 break  # cut short: the host sees fewer bytes than size (see the spec)
             run.emit_chunk(piece)
             left -= len(piece)
+        return True
     finally:
         os.close(fd)
 

@@ -1,5 +1,7 @@
 """The child: runs one script, in a process forked from the zygote, and sends its
-events to the parent on a pipe of its own (the parent relays them: see run.Run)."""
+events to the parent on a pipe of its own (the parent relays them: see run.Run). A
+session's child runs its calls one after another in one namespace (see
+_serve_session)."""
 
 import io
 import json
@@ -143,9 +145,13 @@ def child_main(req_fd, ev_fd, out_fd, err_fd, tools):
             run_script(ChildIO(0), json.loads(_WARM_UP_REQUEST), tools)  # fd 0: /dev/null, read-write
         os.write(ev_fd, p.WARM_LINE)
 
-        request = _read_request(req_fd)
-        os.close(req_fd)
-        code = run_script(io_, request, tools)
+        requests = Requests(req_fd)
+        request = requests.next()
+        if request is not None and request.get("session") is True:
+            _serve_session(io_, requests, request, tools)
+        elif request is not None:
+            os.close(req_fd)
+            code = run_script(io_, request, tools)
     except BaseException:  # noqa: the child must always exit through os._exit
         try:
             os.write(2, traceback.format_exc().encode())
@@ -186,16 +192,47 @@ def warm_up(tools):
         os.close(null)
 
 
-def _read_request(fd):
-    chunks = []
-    while True:
-        b = os.read(fd, 1 << 16)
-        if not b:
-            break
-        chunks.append(b)
-        if b.endswith(b"\n"):
-            break
-    return json.loads(b"".join(chunks))
+class Requests:
+    """The parent's requests on the child's request pipe, one JSON line each: one for
+    a stateless child, one per call for a session's."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.buf = bytearray()
+        self.loads = json.loads  # captured before a session's script can replace it
+
+    def next(self):
+        """The next request, or None once the parent has closed the pipe."""
+        while True:
+            end = self.buf.find(b"\n")
+            if end >= 0:
+                line = bytes(self.buf[:end])
+                del self.buf[: end + 1]
+                if line.strip():
+                    return self.loads(line)
+                continue
+            data = os.read(self.fd, 1 << 16)
+            if not data:
+                return None
+            self.buf += data
+
+
+def _serve_session(io_, requests, request, tools):
+    """Runs a session's calls, one request after another, in one namespace that keeps
+    the script's globals, until the parent closes the request pipe (or kills us).
+
+    Each call is a run_script of its own: its alarm, its emit_result, its figures and
+    its end (DONE), after which the parent takes the call as done and the child as
+    ready for the next. Between calls the alarm is ignored: SIGALRM is the call's
+    timeout, and no call runs then."""
+    namespace = new_namespace(tools)
+    while request is not None:
+        try:
+            run_script(io_, request, tools, namespace)
+        except ScriptTimeout:
+            pass  # a SIGALRM from elsewhere during the call's end: its end is written
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        request = requests.next()
 
 
 def _show_figures():
@@ -215,14 +252,27 @@ def _show_figures():
 _UNENCODABLE = p.encode({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "the script's error could not be encoded"})
 
 
-def run_script(io_, req, tools):
+def new_namespace(tools):
+    """The globals a script starts with: the tools by their names (the helpers are put
+    in by each run_script)."""
+    g = {"__name__": "__main__", "__builtins__": __builtins__}
+    g.update(tools)
+    return g
+
+
+def run_script(io_, req, tools, g=None):
+    """Runs the script of req in g, a session's namespace, or in a new one, and sends
+    its events and its end. The helpers (emit_result...) are the call's own: put in
+    again at each call, emit_result once per call."""
     timeout = float(req.get("timeout") or p.DEFAULT_TIMEOUT)
     mode = req.get("mode") or p.MODE_PLAN
     for key in ("traceparent", "tracestate"):
         if req.get(key):
             os.environ[key.upper()] = req[key]
-    g = {"__name__": "__main__", "__builtins__": __builtins__}
-    g.update(tools)
+        else:
+            os.environ.pop(key.upper(), None)  # a session's earlier call's is not this one's
+    if g is None:
+        g = new_namespace(tools)
     g.update(_helpers(io_, mode))
 
     _alarm.update(defer=0, pending=False, fired=False)

@@ -5,12 +5,17 @@ reports (an input_file error) instead of running its script.
 They arrive while nothing runs, after the reset that ended the last execution killed
 every process of it: nothing but the harness changes the workspace meanwhile. Each
 file is still opened relative to directory descriptors walked without following links
-(paths.open_dir), and created with O_EXCL|O_NOFOLLOW."""
+(paths.open_dir), and created with O_EXCL|O_NOFOLLOW.
+
+In a session the session's own processes run on between its calls, and the files of
+its earlier calls stay: a regular file at an input's path is replaced (unlinked, then
+created as above), and anything else there is an error (see Inputs.replace)."""
 
 import base64
 import binascii
 import errno
 import os
+import stat
 
 from . import paths
 from . import protocol as p
@@ -36,6 +41,10 @@ def _reason(e):
     return e.strerror or str(e)
 
 
+class _NotAFile(Exception):
+    """What is at an input's path in a session's workspace is not a regular file."""
+
+
 class Inputs:
     """The input files of the next execute. workspace is the workspace held open
     (system.Dir), or None when the harness has none: then any input is an error."""
@@ -43,6 +52,10 @@ class Inputs:
     def __init__(self, workspace):
         self.workspace = workspace
         self.fd = None
+        # Whether a regular file already at an input's path is replaced: set while a
+        # session holds the workspace (its files stay between calls). Otherwise the
+        # workspace was wiped before the files came, and one there is an error.
+        self.replace = False
         self._clear()
 
     def _clear(self):
@@ -90,15 +103,32 @@ class Inputs:
         try:
             parent = paths.open_dir(root, names[:-1], create=True)
             try:
-                self.fd = os.open(names[-1], FILE_FLAGS, mode & 0o777, dir_fd=parent)
+                self.fd = self._create(parent, names[-1], mode & 0o777)
             finally:
                 os.close(parent)
             os.fchmod(self.fd, mode & 0o777)  # whatever the umask took off
+        except _NotAFile as e:
+            return self._fail(str(e))
         except OSError as e:
             return self._fail(_reason(e))
         self.left = size
         if not size:
             self._close()
+
+    def _create(self, parent, name, mode):
+        """The new file name in the directory parent, opened for writing. When replace
+        (a session's workspace), a regular file already there is unlinked first;
+        anything else there is refused (_NotAFile)."""
+        try:
+            return os.open(name, FILE_FLAGS, mode, dir_fd=parent)
+        except FileExistsError:
+            if not self.replace:
+                raise
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode):
+            raise _NotAFile("already exists and is %s" % paths.what(st.st_mode))
+        os.unlink(name, dir_fd=parent)
+        return os.open(name, FILE_FLAGS, mode, dir_fd=parent)
 
     def chunk(self, req):
         """A chunk line: the next bytes of the open file."""

@@ -4,7 +4,7 @@ writer of the stream (the only one: see Out)."""
 import json
 import os
 
-HARNESS_VERSION = "2"
+HARNESS_VERSION = "3"
 
 # Request types, host to harness.
 EXECUTE = "execute"
@@ -53,6 +53,8 @@ KIND_MISSING_SECRETS = "missing_secrets"
 KIND_INFRASTRUCTURE = "infrastructure"
 KIND_INPUT_FILE = "input_file"  # an input file could not be written: the script did not run
 KIND_ARTIFACT_LIMIT = "artifact_limit"  # the artifacts passed max_artifacts or max_artifact_bytes
+KIND_SESSION_LOST = "session_lost"  # the session's process was killed or died: the script did not run
+KIND_SESSION_LIMIT = "session_limit"  # the worker's alone (too many sessions); named here for the names test
 ERROR_KINDS = (
     KIND_SCRIPT,
     KIND_TIMEOUT,
@@ -64,6 +66,8 @@ ERROR_KINDS = (
     KIND_INFRASTRUCTURE,
     KIND_INPUT_FILE,
     KIND_ARTIFACT_LIMIT,
+    KIND_SESSION_LOST,
+    KIND_SESSION_LIMIT,
 )
 
 # Events a child may send; anything else from the child pipe is dropped.

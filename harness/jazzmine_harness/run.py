@@ -68,6 +68,7 @@ class Run:
         self.result = False
         self.held = None  # the child's error, emitted at its end (see _child_event)
         self.finished = False  # the child said it is done
+        self.session = False  # a session's call: its child is kept once done (see kept)
         self.killed = None  # why the parent killed the child: timeout, cancelled, output_limit
         self.over_limit = False
         self.exit_code = None
@@ -138,15 +139,22 @@ class Run:
 
     # -- supervision ---------------------------------------------------------------------
 
-    def supervise(self, child):
+    def supervise(self, child, session=False):
+        """Relays the child's events and output until it says the script is done, it
+        ends, or the parent kills it (timeout, cancel, output limit), then decides the
+        execution's end. A session's child that said its call is done is left
+        running, as it is, for the next call: see kept."""
         h = self.h
         poll = child.poll
+        self.session = session
         if not h.eof:
             poll.register(h.in_fd, select.POLLIN)
             child.names[h.in_fd] = "stdin"
         hard = self.deadline + HARD_KILL_GRACE
         exited = False
         self._during_run()  # requests that arrived together with the execute
+        if child.evbuf:  # what a session's processes wrote after its last call's end
+            self._take_events(child, child.evbuf)
         while not self.finished and not exited and self.killed is None:
             wait = hard - time.monotonic()
             if wait <= 0:
@@ -176,6 +184,22 @@ class Run:
             if self.over_limit and self.killed is None:
                 self.killed = p.KIND_OUTPUT_LIMIT
         self.ended_at = time.monotonic()
+        if self.kept():
+            # The call is done; the session's child and its processes go on. What it
+            # printed before its end is in the pipes: relayed now.
+            self._drain_text(child)
+            self._conclude(child, 0)
+            return
+        self._stop(child)
+
+    def kept(self):
+        """Whether the execution was a session's call that its child said was done,
+        with nothing killed: the child is kept for the next call."""
+        return self.session and self.finished and self.killed is None
+
+    def _stop(self, child):
+        """Kills the child and everything of its process group, relays what was
+        already written, and concludes with how the child ended."""
         # Stop everything of this execution, then relay what was already written.
         self.h.kill_group(child.pid)
         try:
@@ -282,6 +306,8 @@ class Run:
             whole = self.image is not None or b"\n" in data
             if whole:
                 self._take_events(child, buf)
+                if self.finished and self.session:
+                    return  # what follows the call's end is the next call's
             if self.image is None and len(buf) > max(self.budget - self.used(), 0) + EVENT_READ:
                 # A line longer than what may still be sent could never be sent: the
                 # script is over its output limit, and nothing more is kept.
@@ -295,7 +321,7 @@ class Run:
         """Handles what buf holds whole: event lines, and the image bytes a display line
         announced, which follow it (see display)."""
         drained = False
-        while True:
+        while not (self.finished and self.session):  # a session's next call's events stay in buf
             image = self.image
             if image is not None:
                 image.take(buf)

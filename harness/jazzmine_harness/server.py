@@ -2,7 +2,8 @@
 that come before an execute (inputs), has each execute run in a child and supervised
 (run.Run), collects its artifacts once nothing of it runs (artifacts), and after each
 one kills what the execution left, checks what it cannot undo, wipes the scratch
-directories and says reset_done."""
+directories and says reset_done. A session's calls run in a child kept between them,
+with nothing killed or wiped until the session ends (session)."""
 
 import gc
 import json
@@ -17,8 +18,9 @@ from . import protocol as p
 from .child import warm_up
 from .inputs import Inputs
 from .limits import Limits, OomCounter, Retire
-from .run import Run
+from .run import HARD_KILL_GRACE, Run
 from .scratch import Scratch, SysvIpc
+from .session import Session
 from .tools import load_tools, preload
 from .zygote import Child, Zygote
 
@@ -51,6 +53,7 @@ class Harness:
         # any script runs, and never looked up again (a script could put a link there).
         self.workspace = system.Dir(config.WORKSPACE, reopen=False) if config.WORKSPACE else None
         self.inputs = Inputs(self.workspace)
+        self.session = Session(self)  # the session the harness holds, if any
         self.limits = self.zygote_limits = None
         self.idle_poll = select.poll()
         self.eof = False
@@ -105,7 +108,7 @@ class Harness:
         finally:
             for fd in (req_r, ev_w, out_w, err_w):
                 os.close(fd)
-        for fd in (ev_r, out_r, err_r):
+        for fd in (req_w, ev_r, out_r, err_r):
             system.nonblock(fd)
         return Child(pid, req_w, ev_r, out_r, err_r, self.zygote)
 
@@ -127,7 +130,8 @@ class Harness:
             sys.stderr.write("harness: %s; exiting, the container must not be used again\n" % e)
             code = 3
         self.out.flush()
-        self._kill_child(self.warm)
+        self.session.end()
+        self.kill_child(self.warm)
         self.warm = None
         self.zygote.stop()
         self._kill_leftovers()
@@ -147,7 +151,8 @@ class Harness:
             self.inputs.chunk(req)
         elif kind == p.RESET:
             self.inputs.discard()
-            self._reset()
+            self.session.end()
+            self.reset()
             self._reset_done(nonce)
         elif kind == p.PING:
             self.out.send({"type": p.PONG, "version": p.HARNESS_VERSION, "nonce": nonce})
@@ -160,10 +165,15 @@ class Harness:
         """Says reset_done, answering the request of nonce. The host takes it as an
         answer to that request only: the nonce never reaches a script. After an
         execute (which leaves no warm child), it forks the next one."""
+        if self.session.child is not None:
+            return self._ready(nonce)  # the session's child is the next call's
         if self.warm is None:
             self.warm = self._fork()
         # reset_done means ready: the next execute finds a warmed-up child.
         self._await_warm(self.warm, WARM_WAIT)
+        self._ready(nonce)
+
+    def _ready(self, nonce):
         self.out.send({"type": p.RESET_DONE, "nonce": nonce})
         self.out.flush()
 
@@ -239,24 +249,55 @@ class Harness:
         eid = str(req.get("execution_id") or "")
         started = time.monotonic()
         run = Run(self, eid, req)
-        refused = self.inputs.take(eid) or self._missing_secrets(req)
+        if req.get("session") is True:
+            self.session.execute(run, req, started)
+            return
+        refused = self._end_session() or self.inputs.take(eid) or self.missing_secrets(req)
         if refused is not None:
             run.emit(refused)
             run.done(started, None)
-            self._reset()  # the input files written
+            self.reset()  # the input files written
             return
+        child = self.start_child(run, req, started)
+        if child is not None:
+            run.supervise(child)
+            self.finish(run, child, req, started)
+
+    def _end_session(self):
+        """Before a non-session execute: ends the session the harness holds, if any,
+        kills what it left and wipes, so that the execute finds nothing of it. Input
+        files sent for the execute were written into the session's workspace, and are
+        wiped too: then the input_file error that stops it."""
+        if self.session.child is None:
+            return None
+        self.session.end("it was ended by a non-session execute")
+        written = self.inputs.path
+        self.inputs.discard()
+        self.reset()
+        if written is None:
+            return None
+        return {"type": p.ERROR, "kind": p.KIND_INPUT_FILE, "error": "input file %s: written into a session's workspace, wiped when the session ended" % written}
+
+    def start_child(self, run, req, started, keep_open=False):
+        """The warm child (or, failing it, a new one) with req dispatched to it, or None
+        when none could take it: then the execution has ended (a crashed error)."""
         child = self.warm
         self.warm = None  # the next one is forked by _reset_done, after the reset
-        if child is None or not self._dispatch(child, req):
-            self._kill_child(child)
+        deadline = run.deadline + HARD_KILL_GRACE
+        if child is None or not self.dispatch(child, req, deadline, keep_open):
+            self.kill_child(child)
             child = self._fork()
-            if not self._dispatch(child, req):
+            if not self.dispatch(child, req, deadline, keep_open):
                 run.emit({"type": p.ERROR, "kind": p.KIND_CRASHED, "error": "harness could not start the script process"})
-                self._kill_child(child)
+                self.kill_child(child)
                 run.done(started, None)
-                self._reset()
-                return
-        run.supervise(child)
+                self.reset()
+                return None
+        return child
+
+    def finish(self, run, child, req, started):
+        """Ends an execution whose child is not kept: kills everything of it, collects
+        its artifacts, says script_done and wipes."""
         requested = req.get("artifacts") if isinstance(req.get("artifacts"), list) else []
         workspace = self.workspace.fileno() if self.workspace is not None else None
         collect = workspace is not None and run.collects() and artifacts.wanted(workspace, requested)
@@ -272,24 +313,34 @@ class Harness:
         run.done(started, child)
         if not collect:
             self._after_execution(child)
-        self._reset()
+        self.reset()
 
-    def _missing_secrets(self, req):
+    def missing_secrets(self, req):
         """The error of an execute whose required secrets are not all set, or None."""
         missing = [k for k in (req.get("required_secrets") or []) if not os.environ.get(str(k))]
         if not missing:
             return None
         return {"type": p.ERROR, "kind": p.KIND_MISSING_SECRETS, "error": "Missing required secrets: " + ", ".join(sorted(map(str, missing)))}
 
-    def _dispatch(self, child, req):
+    def dispatch(self, child, req, deadline, keep_open=False):
+        """Writes req to child's request pipe, by deadline (time.monotonic), and closes
+        the pipe unless keep_open (a session's child reads its next call there).
+        Whether the child took it. The pipe is non-blocking: a session's own thread
+        may fill it, and must not hang the harness."""
         # Encoded again without the nonce: the script must never learn it.
         data = (json.dumps({k: v for k, v in req.items() if k != "nonce"}, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(child.req_w, view):]
-            os.close(child.req_w)
-            child.req_w = None
+                try:
+                    view = view[os.write(child.req_w, view):]
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not select.select([], [child.req_w], [], left)[1]:
+                        return False
+            if not keep_open:
+                os.close(child.req_w)
+                child.req_w = None
             return True
         except OSError:
             return False
@@ -300,7 +351,7 @@ class Harness:
         self.zygote.check()
         if not child.ended():
             child.status = self.zygote.wait(child.pid)
-        self._reap()
+        self.reap()
         self._kill_descendants()
 
     def kill_group(self, pgid):
@@ -309,7 +360,7 @@ class Harness:
         except OSError:
             pass
 
-    def _kill_child(self, child):
+    def kill_child(self, child):
         if child is None:
             return
         self.kill_group(child.pid)
@@ -321,7 +372,7 @@ class Harness:
         if not child.ended():
             child.status = self.zygote.wait(child.pid)
 
-    def _reap(self):
+    def reap(self):
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -332,7 +383,7 @@ class Harness:
 
     # -- reset ------------------------------------------------------------------------
 
-    def _reset(self):
+    def reset(self):
         """Kills what earlier executions left, wipes the scratch directories and, in a
         container, empties /dev/shm and /dev/mqueue and removes System V IPC objects.
 
@@ -369,9 +420,9 @@ class Harness:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
-            self._reap()
+            self.reap()
             time.sleep(0.0005)
-        self._reap()
+        self.reap()
 
     def _kill_descendants(self):
         """Kills what earlier children left behind: with PR_SET_CHILD_SUBREAPER every
