@@ -122,9 +122,8 @@ emit_result(proc.pid)
         self.assertLost(self.call("emit_result(x)"), "its process died (exit code 3)")
 
     def test_a_session_whose_process_dies_between_calls_is_lost(self):
-        script = "import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), os.kill(os.getpid(), 9))).start()"
-        self.call(script, mode="interactive")
-        time.sleep(0.5)
+        script = "import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), os.kill(os.getpid(), 9))).start()\nemit_result(os.getpid())"
+        self.assertGone(self.result(self.call(script)))
         self.assertLost(self.call("emit_result(1)"), "its process died (signal 9)")
 
     def test_a_cancel_loses_the_session(self):
