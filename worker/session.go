@@ -111,7 +111,11 @@ func (s *sessions) open(ctx context.Context, sandbox string, cons jetstream.Cons
 	}
 }
 
-// see decides what the opener does with a call.
+// see decides what the opener does with a call. A call of an unknown session opens
+// it; a call of an ended session gets session_lost. A call of an open session is its
+// owner's to run, and the opener watches over it until it has its end: it looks again
+// later (a nak) while the call has none and the owner is alive, and ends the session
+// if the owner died first, so that no call is left in the consumer of a dead worker.
 func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 	_, id, err := wire.ParseSessionSubject(msg.Subject())
 	if err != nil { // the stream takes no other subject
@@ -128,25 +132,35 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 	case entry == nil:
 		s.claim(ctx, sandbox, id, msg)
 		return
-	case entry.State == sessionOpen && entry.Worker != s.cfg.WorkerID:
-		alive, err := s.alive(ctx, entry.Worker)
-		if err != nil {
-			_ = msg.NakWithDelay(time.Second)
+	case entry.State == sessionOpen:
+		if ended, err := s.events.ended(ctx, msg.Headers().Get(wire.HeaderMsgID)); err == nil && ended {
+			_ = msg.Ack() // its owner ran it
 			return
 		}
-		if !alive {
-			entry = &sessionEntry{Worker: entry.Worker, Sandbox: sandbox, State: sessionEnded, Reason: fmt.Sprintf("its worker %s died", entry.Worker)}
-			if _, err := s.kv.Update(ctx, id, mustJSON(entry), rev); err != nil {
-				_ = msg.NakWithDelay(time.Second) // someone else changed it: look again
-				return
-			}
-			_ = s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id))
+		alive, err := s.alive(ctx, entry.Worker)
+		if err != nil || alive {
+			_ = msg.NakWithDelay(watchDelay(msg))
+			return
 		}
+		entry = &sessionEntry{Worker: entry.Worker, Sandbox: sandbox, State: sessionEnded, Reason: fmt.Sprintf("its worker %s died", entry.Worker)}
+		if _, err := s.kv.Update(ctx, id, mustJSON(entry), rev); err != nil {
+			_ = msg.NakWithDelay(100 * time.Millisecond) // someone else changed it: look again
+			return
+		}
+		_ = s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id))
 	}
-	if entry.State == sessionEnded {
-		s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason))
-	}
+	s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason))
 	_ = msg.Ack()
+}
+
+// watchDelay is how long the opener waits before it looks at a call of a live
+// session again: 100 ms, then longer the longer the call runs, up to 5 s.
+func watchDelay(msg jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if meta, err := msg.Metadata(); err == nil {
+		n = meta.NumDelivered
+	}
+	return min(time.Duration(n)*100*time.Millisecond, 5*time.Second)
 }
 
 // claim opens session id here for its first call msg, or, at this worker's limits,
@@ -158,6 +172,7 @@ func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.
 		last = int(meta.NumDelivered) >= s.cfg.MaxDeliver
 	}
 	if !s.room(sandbox) {
+		s.log.Debug("no room for a session here", "session_id", id, "sandbox", sandbox, "last_delivery", last)
 		if !last {
 			_ = msg.NakWithDelay(200 * time.Millisecond)
 			return
@@ -170,6 +185,9 @@ func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.
 		return
 	}
 	if _, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionOpen})); err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			s.log.Warn("claim a session", "session_id", id, "err", err)
+		}
 		_ = msg.NakWithDelay(50 * time.Millisecond) // another worker claimed it first: see it again
 		return
 	}
@@ -272,7 +290,7 @@ func (s *sessions) expired(h *session, idleSince time.Time) string {
 }
 
 // end marks the session ended with reason (later calls get session_lost saying it),
-// deletes its consumer and retires its container.
+// answers the calls its consumer still holds, deletes it and retires its container.
 func (s *sessions) end(ctx context.Context, h *session, reason string) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -281,6 +299,16 @@ func (s *sessions) end(ctx context.Context, h *session, reason string) {
 		s.log.Warn("mark a session ended", "session_id", h.id, "err", err)
 	}
 	if h.cons != nil {
+		// Calls that came before the entry said ended were left to this consumer by
+		// the opener: they get their session_lost here.
+		for {
+			msg, err := h.cons.Next(jetstream.FetchMaxWait(100 * time.Millisecond))
+			if err != nil {
+				break
+			}
+			s.answer(h.sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", h.id, reason))
+			_ = msg.Ack()
+		}
 		_ = s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(h.id))
 	}
 	if h.lease != nil {
@@ -309,8 +337,11 @@ func (s *sessions) entry(ctx context.Context, id string) (*sessionEntry, uint64,
 	return &e, kve.Revision(), nil
 }
 
-// alive reports whether worker id has its liveness key.
+// alive reports whether worker id has its liveness key (this worker is alive).
 func (s *sessions) alive(ctx context.Context, id string) (bool, error) {
+	if id == s.cfg.WorkerID {
+		return true, nil
+	}
 	_, err := s.workers.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return false, nil

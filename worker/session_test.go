@@ -199,7 +199,7 @@ sandboxes:
 		t.Fatal(err)
 	}
 	id := newID("killed")
-	cmd := exec.Command(testenv.WorkerBinary(t), "serve", "--config", config, "--metrics-addr", "", "--worker-id", id)
+	cmd := exec.Command(testenv.WorkerBinary(t), "serve", "--config", config, "--metrics-addr", "", "--worker-id", id, "--log-level", "debug")
 	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL())
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -224,8 +224,8 @@ sandboxes:
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	startWorker(t, nc, 1, 0, nil) // takes the next call
-	time.Sleep(3 * time.Second)   // past the killed worker's liveness TTL
+	// Takes the next call, once the killed worker's liveness key expired.
+	startWorker(t, nc, 1, 0, func(c *worker.Config) { c.LivenessTTL = 2 * time.Second })
 	res := call(t, s, "emit_result(x)")
 	if res.Success || res.ErrorKind != wire.KindSessionLost || !strings.Contains(res.Error, id) {
 		t.Errorf("the call after the worker died: %v %s: %s (worker %s); want session_lost naming the dead worker", res.Success, res.ErrorKind, res.Error, res.WorkerID)
