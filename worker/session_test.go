@@ -269,3 +269,25 @@ func BenchmarkSessionCall(b *testing.B) {
 	testenv.ReportLatency(b, "stateless-", stateless)
 	testenv.ReportLatency(b, "session-", calls)
 }
+
+// TestASessionPastTheLimitsFailsAndEvictsNone: a worker at its limit of sessions
+// opens no other; with no other worker, the new session's first call fails with
+// session_limit, its later calls with session_lost, and the session held before is
+// untouched.
+func TestASessionPastTheLimitsFailsAndEvictsNone(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 2, func(c *worker.Config) { c.Sandboxes[0].MaxSessions = 1 })
+	c := newSessionClient(t, nc)
+	held, refused := c.NewSession("default"), c.NewSession("default")
+	mustSucceed(t, call(t, held, "x = 'kept'"))
+	res := call(t, refused, "y = 1")
+	if res.Success || res.ErrorKind != wire.KindSessionLimit {
+		t.Errorf("a session past the limit: %v %s: %s; want session_limit", res.Success, res.ErrorKind, res.Error)
+	}
+	if res := call(t, refused, "emit_result(1)"); res.Success || res.ErrorKind != wire.KindSessionLost {
+		t.Errorf("the refused session's next call: %v %s: %s; want session_lost, not a new session", res.Success, res.ErrorKind, res.Error)
+	}
+	if got := mustSucceed(t, call(t, held, "emit_result(x)")).FinalData; got != "kept" {
+		t.Errorf("the held session gave %v", got)
+	}
+}
