@@ -32,6 +32,10 @@ import (
 //	  reap_min_age: 1m          # containers younger than this are never reaped
 //	  reap_grace: 2m            # a worker must seem dead this long before its containers are
 //	  max_ack_pending: {}       # per sandbox: the fleet's jobs in flight (default: its slots)
+//	  max_sessions: 16          # sessions this worker holds at once
+//	  sandbox_sessions: {}      # per sandbox: sessions this worker holds at once (default 4)
+//	  session_idle_ttl: 10m     # a session idle this long ends
+//	  session_max_life: 1h      # a session this old ends
 type Settings struct {
 	Replicas        int            `yaml:"replicas"`
 	AckWait         time.Duration  `yaml:"ack_wait"`
@@ -50,6 +54,10 @@ type Settings struct {
 	ReapMinAge      time.Duration  `yaml:"reap_min_age"`
 	ReapGrace       time.Duration  `yaml:"reap_grace"`
 	MaxAckPending   map[string]int `yaml:"max_ack_pending"`
+	MaxSessions     int            `yaml:"max_sessions"`
+	SandboxSessions map[string]int `yaml:"sandbox_sessions"`
+	SessionIdleTTL  time.Duration  `yaml:"session_idle_ttl"`
+	SessionMaxLife  time.Duration  `yaml:"session_max_life"`
 }
 
 // parseSettings decodes the "worker" section (imagebuild.Config.Worker). An empty node
@@ -73,7 +81,12 @@ func parseSettings(node yaml.Node) (Settings, error) {
 			return s, fmt.Errorf("worker section: max_ack_pending of %q is %d, want at least 1", name, n)
 		}
 	}
-	if s.Replicas < 0 || s.MaxDeliver < 0 || s.MaxBacklog < 0 || s.MaxBacklogBytes < 0 || s.FilesMaxBytes < 0 || s.MaxScriptBytes < 0 {
+	for name, n := range s.SandboxSessions {
+		if n < 1 {
+			return s, fmt.Errorf("worker section: sandbox_sessions of %q is %d, want at least 1", name, n)
+		}
+	}
+	if s.MaxSessions < 0 || s.Replicas < 0 || s.MaxDeliver < 0 || s.MaxBacklog < 0 || s.MaxBacklogBytes < 0 || s.FilesMaxBytes < 0 || s.MaxScriptBytes < 0 {
 		return s, errors.New("worker section: counts must not be negative")
 	}
 	return s, nil
@@ -92,6 +105,11 @@ func (s Settings) Apply(cfg *worker.Config) {
 	set(&cfg.EventsMaxAge, s.EventsMaxAge)
 	set(&cfg.DuplicateWindow, s.DuplicateWindow)
 	set(&cfg.LivenessTTL, s.LivenessTTL)
+	set(&cfg.SessionIdleTTL, s.SessionIdleTTL)
+	set(&cfg.SessionMaxLife, s.SessionMaxLife)
+	if s.MaxSessions != 0 {
+		cfg.MaxSessions = s.MaxSessions
+	}
 	if s.Replicas != 0 {
 		cfg.Replicas = s.Replicas
 	}
@@ -113,6 +131,9 @@ func (s Settings) Apply(cfg *worker.Config) {
 	for i := range cfg.Sandboxes {
 		if n := s.MaxAckPending[cfg.Sandboxes[i].Name]; n > 0 {
 			cfg.Sandboxes[i].MaxAckPending = n
+		}
+		if n := s.SandboxSessions[cfg.Sandboxes[i].Name]; n > 0 {
+			cfg.Sandboxes[i].MaxSessions = n
 		}
 	}
 }
