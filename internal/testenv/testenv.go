@@ -216,7 +216,13 @@ func Main(m *testing.M) {
 		_ = os.RemoveAll(binDir)
 	}
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		// nats.go v1.55.0 races in ObjectStore.Put: the goroutine a Put's own JetStream
+		// context starts (resetPendingAcksOnReconnect) reads its status channel under
+		// the lock only once it runs, and Put's cleanupReplySub may have set it to nil
+		// by then: the goroutine then waits on a nil channel for good (publish.go:570,
+		// jetstream.go:1326). One parked goroutine, now and then, per object put; not
+		// ours to fix, and nothing of the project's may leak beside it.
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect")); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -1,0 +1,240 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/client"
+	"github.com/jazzmine/worker/internal/sandboxspec"
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/internal/testworker"
+	"github.com/jazzmine/worker/sandboxpool"
+	"github.com/jazzmine/worker/wire"
+	"github.com/jazzmine/worker/worker"
+)
+
+// Adversarial tests of sessions (see the review report). Each names what it attacks;
+// a failure here is a finding, not a flaky test.
+
+// submitCall publishes script as the session's next call without waiting for it.
+func submitCall(t testing.TB, s *client.Session, script string) *client.Execution {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := s.Submit(ctx, wire.Job{Mode: wire.ModeInteractive, Script: script})
+	if err != nil {
+		t.Fatalf("session %s: %v", s.ID, err)
+	}
+	return e
+}
+
+// waitWithin waits for e's result, or returns nil when it has none within d.
+func waitWithin(t testing.TB, e *client.Execution, d time.Duration) *client.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	res, err := e.Wait(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		t.Fatalf("wait: %v", err)
+	}
+	return res
+}
+
+func describeRes(res *client.Result) string {
+	if res == nil {
+		return "no answer"
+	}
+	if res.Success {
+		return fmt.Sprintf("success %v", res.FinalData)
+	}
+	return fmt.Sprintf("%s: %s", res.ErrorKind, res.Error)
+}
+
+// TestSessionAttackFirstCallsKeepTheirOrder: an agent submits a session's first two
+// calls back to back (Session is "safe for concurrent use"). The fleet's opener hands
+// them to two workers at once; worker A, at its limit, naks the first; worker B takes
+// the second, claims the session and makes its consumer start AT THAT CALL. The second
+// then runs first (in an empty session: NameError) and the first is never run: the
+// opener watches it until the session ends (idle), then answers session_lost.
+func TestSessionAttackFirstCallsKeepTheirOrder(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	tweak := func(c *worker.Config) {
+		c.MaxDeliver = 50
+		c.SessionIdleTTL = 3 * time.Second
+	}
+	testworker.Start(t, nc, testworker.Options{ID: newID("full"), Sandbox: sandboxpool.Sandbox{PoolSize: 1, MaxOverflow: 1}, Worker: func(c *worker.Config) {
+		tweak(c)
+		c.Sandboxes[0].MaxSessions = 1
+	}})
+	c := newSessionClient(t, nc)
+	mustSucceed(t, call(t, c.NewSession("default"), "pass")) // worker "full" is now at its limit
+	testworker.Start(t, nc, testworker.Options{ID: newID("free"), Sandbox: sandboxpool.Sandbox{PoolSize: 1, MaxOverflow: 3}, Worker: tweak})
+	for i := range 8 {
+		s := c.NewSession("default")
+		first := submitCall(t, s, "x = 1")
+		time.Sleep(time.Duration(i%4) * 20 * time.Millisecond)
+		second := submitCall(t, s, "emit_result(x + 1)")
+		r1, r2 := waitWithin(t, first, 30*time.Second), waitWithin(t, second, 30*time.Second)
+		t.Logf("session %d: first call: %s; second call: %s", i, describeRes(r1), describeRes(r2))
+		if r1 == nil || !r1.Success || r2 == nil || !r2.Success || r2.FinalData != int64(2) {
+			t.Errorf("session %d: its first two calls did not run in order: first %s; second %s", i, describeRes(r1), describeRes(r2))
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_ = s.Close(ctx)
+		cancel()
+	}
+}
+
+// twoSandboxes makes the test worker serve "default" and "second", one image.
+func twoSandboxes(t *testing.T, nc *nats.Conn, tweak func(*worker.Config)) {
+	var second sandboxpool.Sandbox
+	testworker.Start(t, nc, testworker.Options{
+		Sandbox: sandboxpool.Sandbox{PoolSize: 1, MaxOverflow: 2},
+		Pool: func(c *sandboxpool.Config) {
+			second = c.Sandboxes[0]
+			second.Name = "second"
+			c.Sandboxes = append(c.Sandboxes, second)
+		},
+		Worker: func(c *worker.Config) {
+			c.Sandboxes = append(c.Sandboxes, sandboxspec.Worker(second))
+			if tweak != nil {
+				tweak(c)
+			}
+		},
+	})
+}
+
+// TestSessionAttackSameIDInAnotherSandbox: the sessions bucket and the session's
+// consumer are keyed by session id alone, the subject by sandbox and id. A call of
+// session S of sandbox "second" while S of "default" is open is seen by second's
+// opener as a call of an open session, whose owner is alive: it is watched until the
+// other sandbox's session ends (10 minutes idle by default), never run nor refused.
+func TestSessionAttackSameIDInAnotherSandbox(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	twoSandboxes(t, nc, nil)
+	c := newSessionClient(t, nc)
+	a := c.NewSession("default")
+	mustSucceed(t, call(t, a, "x = 'default'"))
+	b := c.NewSession("second")
+	b.ID = a.ID
+	res := waitWithin(t, submitCall(t, b, "emit_result(1)"), 20*time.Second)
+	t.Logf("a call of session %s of sandbox second, while the same id is open in default: %s", a.ID, describeRes(res))
+	if res == nil {
+		t.Errorf("the call of the other sandbox's session %s had no answer in 20 s (it waits for the session of sandbox default to end)", a.ID)
+	}
+	// It is answered only once the other sandbox's session ends, with its reason.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSessionAttackSandboxNobodyServes: a stateless job of a sandbox nobody serves
+// gets invalid_job from the triage; a session call of one is never answered (it sits
+// in JAZZMINE_SESSIONS for SessionMaxLife + EventsMaxAge).
+func TestSessionAttackSandboxNobodyServes(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 0, nil)
+	c := newSessionClient(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stateless, err := c.Run(ctx, wire.Job{Sandbox: "nobody", Script: "emit_result(1)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a stateless job of sandbox nobody: %s", describeRes(stateless))
+	s := c.NewSession("nobody")
+	res := waitWithin(t, submitCall(t, s, "emit_result(1)"), 15*time.Second)
+	if res == nil {
+		t.Errorf("a session call of a sandbox nobody serves had no answer in 15 s (a stateless one: %s)", describeRes(stateless))
+	}
+}
+
+// eventsOf returns the types (kind for errors) of the events stored for execution id.
+func eventsOf(t testing.TB, nc *nats.Conn, id string) []string {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, wire.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.EventsWildcard(id)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return got
+		}
+		var ev struct {
+			Type, Kind, Error string
+		}
+		_ = json.Unmarshal(msg.Data(), &ev)
+		if ev.Type == "" {
+			ev.Type = msg.Subject()[strings.LastIndex(msg.Subject(), ".")+1:]
+		}
+		if ev.Type == wire.EventError {
+			got = append(got, "error:"+ev.Kind)
+		} else {
+			got = append(got, ev.Type)
+		}
+	}
+}
+
+// TestSessionAttackOwnerDeemedDeadWhileRunning: the opener ends a session as soon as
+// its owner's liveness key is gone, without knowing whether the owner still runs a
+// call. A worker that missed its refreshes (a NATS hiccup or a pause; here its key is
+// deleted) while a call runs: another worker's opener answers the running call with
+// session_lost under attempt 1, whose error event has the Nats-Msg-Id of the owner's
+// "started" (seq 1) and is dropped as a duplicate. The client gets a failure without
+// an error kind ("its worker died") for a call that ran, with its side effects, on an
+// owner alive all along, whose own script_done is dropped in turn.
+func TestSessionAttackOwnerDeemedDeadWhileRunning(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	owner := newID("owner")
+	testworker.Start(t, nc, testworker.Options{ID: owner, Sandbox: sandboxpool.Sandbox{PoolSize: 1, MaxOverflow: 1}, Worker: func(c *worker.Config) { c.LivenessTTL = time.Minute }})
+	c := newSessionClient(t, nc)
+	s := c.NewSession("default")
+	mustSucceed(t, call(t, s, "x = 1"))
+	// Another worker of the fleet, whose opener watches the next call too.
+	testworker.Start(t, nc, testworker.Options{Sandbox: sandboxpool.Sandbox{PoolSize: 1, MaxOverflow: 1}})
+	e := submitCall(t, s, "import time\ntime.sleep(6)\nopen('side-effect', 'w').write('ran')\nemit_result('ran')")
+	time.Sleep(500 * time.Millisecond)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, worker.BucketWorkers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
+	res := waitWithin(t, e, 30*time.Second)
+	time.Sleep(8 * time.Second) // the call's own end, if any
+	evs := eventsOf(t, nc, e.ID)
+	t.Logf("client result: %s; events stored: %v", describeRes(res), evs)
+	// The owner ran the call to its end (it was alive all along): the client must not
+	// be told the session died, nor get a failure without its error event.
+	if res == nil || !res.Success {
+		t.Errorf("a call its (alive) owner ran: the client got %s, events %v", describeRes(res), evs)
+	}
+}
