@@ -69,6 +69,7 @@ type session struct {
 	lease       *sandboxpool.Lease
 	cons        jetstream.Consumer
 	opened      time.Time
+	rev         uint64 // of its entry when it was claimed
 	ended       string // why it ended, once it has; set by the session's own loop
 }
 
@@ -122,7 +123,7 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	entry, rev, err := s.entry(ctx, id)
+	entry, rev, touched, err := s.entry(ctx, id)
 	if err != nil {
 		s.log.Warn("look up a session", "session_id", id, "err", err)
 		_ = msg.NakWithDelay(time.Second)
@@ -132,13 +133,16 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 	case entry == nil:
 		s.claim(ctx, sandbox, id, msg)
 		return
+	case entry.Sandbox != sandbox:
+		s.answer(sandbox, msg, wire.KindInvalidJob, fmt.Sprintf("session %s is a session of sandbox %s, not %s: a session id is the fleet's, use a new one", id, entry.Sandbox, sandbox))
+		_ = msg.Ack()
+		return
 	case entry.State == sessionOpen:
 		if ended, err := s.events.ended(ctx, msg.Headers().Get(wire.HeaderMsgID)); err == nil && ended {
 			_ = msg.Ack() // its owner ran it
 			return
 		}
-		alive, err := s.alive(ctx, entry.Worker)
-		if err != nil || alive {
+		if s.alive(entry, id, touched) {
 			_ = msg.NakWithDelay(watchDelay(msg))
 			return
 		}
@@ -184,18 +188,15 @@ func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.
 		_ = msg.Ack()
 		return
 	}
-	if _, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionOpen})); err != nil {
+	rev, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionOpen}))
+	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			s.log.Warn("claim a session", "session_id", id, "err", err)
 		}
 		_ = msg.NakWithDelay(50 * time.Millisecond) // another worker claimed it first: see it again
 		return
 	}
-	meta, err := msg.Metadata()
-	if err == nil {
-		err = s.begin(ctx, sandbox, id, meta.Sequence.Stream)
-	}
-	if err != nil {
+	if err := s.begin(ctx, sandbox, id, rev); err != nil {
 		s.log.Warn("open a session", "session_id", id, "sandbox", sandbox, "err", err)
 		s.end(context.Background(), &session{id: id, sandbox: sandbox}, "it could not be opened: "+err.Error())
 		s.answer(sandbox, msg, wire.KindInfrastructure, fmt.Sprintf("session %s could not be opened: %v", id, err))
@@ -220,8 +221,8 @@ func (s *sessions) room(sandbox string) bool {
 }
 
 // begin takes a container for the session and starts its loop on a consumer of its
-// calls from seq, its first.
-func (s *sessions) begin(ctx context.Context, sandbox, id string, seq uint64) error {
+// calls; rev is the revision of the entry that claimed it.
+func (s *sessions) begin(ctx context.Context, sandbox, id string, rev uint64) error {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.AckWait)
 	defer cancel()
 	lease, err := s.cfg.Pool.Checkout(cctx, sandbox)
@@ -232,19 +233,24 @@ func (s *sessions) begin(ctx context.Context, sandbox, id string, seq uint64) er
 		Durable:       wire.SessionConsumerName(id),
 		Description:   "calls of session " + id,
 		FilterSubject: wire.SessionSubject(sandbox, id),
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:   seq,
+		// From the session's first call, whichever call claimed it: a call that
+		// another worker nakked at its limits is earlier than the one that claimed the
+		// session here. Calls that have their end (refused ones) are skipped
+		// (ended.go).
+		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       s.cfg.AckWait,
 		MaxAckPending: 1,
-		Replicas:      s.cfg.Replicas,
+		// Gone by itself when its worker died and no call came to end the session.
+		InactiveThreshold: s.cfg.SessionIdleTTL + s.cfg.AckWait,
+		Replicas:          s.cfg.Replicas,
 	})
 	if err != nil {
 		lease.Retire(sandboxpool.RetireSession)
 		lease.Release()
 		return err
 	}
-	h := &session{id: id, sandbox: sandbox, lease: lease, cons: cons, opened: time.Now()}
+	h := &session{id: id, sandbox: sandbox, lease: lease, cons: cons, opened: time.Now(), rev: rev}
 	s.mu.Lock()
 	s.held[id] = h
 	s.mu.Unlock()
@@ -257,6 +263,9 @@ func (s *sessions) begin(ctx context.Context, sandbox, id string, seq uint64) er
 // past the TTL, past its maximum life, its process lost, or the worker stopping.
 func (s *sessions) serve(h *session) {
 	defer s.loops.Done()
+	stopTouch := make(chan struct{})
+	s.loops.Add(1)
+	go s.touch(h, h.rev, stopTouch)
 	idleSince := time.Now()
 	for h.ended == "" {
 		if reason := s.expired(h, idleSince); reason != "" {
@@ -270,6 +279,7 @@ func (s *sessions) serve(h *session) {
 		h.ended = s.proc.handleSession(h, msg)
 		idleSince = time.Now()
 	}
+	close(stopTouch)
 	s.end(context.Background(), h, h.ended)
 }
 
@@ -321,32 +331,68 @@ func (s *sessions) end(ctx context.Context, h *session, reason string) {
 	s.log.Info("session ended", "session_id", h.id, "sandbox", h.sandbox, "reason", reason)
 }
 
-// entry returns the session's entry and its revision, or nil when it has none.
-func (s *sessions) entry(ctx context.Context, id string) (*sessionEntry, uint64, error) {
+// entry returns the session's entry, its revision and when it was written, or nil
+// when it has none.
+func (s *sessions) entry(ctx context.Context, id string) (*sessionEntry, uint64, time.Time, error) {
 	kve, err := s.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, nil
+		return nil, 0, time.Time{}, nil
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, time.Time{}, err
 	}
 	var e sessionEntry
 	if err := json.Unmarshal(kve.Value(), &e); err != nil {
-		return nil, 0, fmt.Errorf("session %s: entry %q: %w", id, kve.Value(), err)
+		return nil, 0, time.Time{}, fmt.Errorf("session %s: entry %q: %w", id, kve.Value(), err)
 	}
-	return &e, kve.Revision(), nil
+	return &e, kve.Revision(), kve.Created(), nil
 }
 
-// alive reports whether worker id has its liveness key (this worker is alive).
-func (s *sessions) alive(ctx context.Context, id string) (bool, error) {
-	if id == s.cfg.WorkerID {
-		return true, nil
+// Owners write their open sessions' entries every sessionTouch; an entry not written
+// for sessionTouchTimeout is a session whose owner died (or lost NATS that long).
+const (
+	sessionTouch        = 5 * time.Second
+	sessionTouchTimeout = 3 * sessionTouch
+)
+
+// alive reports whether the owner of open session sessionID, whose entry was written
+// at touched, still holds it: this worker, if it holds it (a worker restarted under
+// its old id holds none of its sessions); another, if it wrote the entry lately. Its
+// worker's liveness key is not enough: a worker that missed a refresh would see its
+// running call answered by another, and a dead worker's undelivered call is
+// indistinguishable from a running one in its consumer.
+func (s *sessions) alive(entry *sessionEntry, sessionID string, touched time.Time) bool {
+	if entry.Worker == s.cfg.WorkerID {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.held[sessionID] != nil
 	}
-	_, err := s.workers.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return false, nil
+	return time.Since(touched) < sessionTouchTimeout
+}
+
+// touch writes the session's entry every sessionTouch until stop is closed, so that
+// the fleet knows its owner lives. Each write is an update of the revision it wrote
+// last: once the session's end has written its entry, a late touch fails.
+func (s *sessions) touch(h *session, rev uint64, stop <-chan struct{}) {
+	defer s.loops.Done()
+	entry := mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: h.sandbox, State: sessionOpen})
+	t := time.NewTicker(sessionTouch)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), sessionTouch)
+			next, err := s.kv.Update(ctx, h.id, entry, rev)
+			cancel()
+			if err == nil {
+				rev = next
+			} else {
+				s.log.Warn("refresh a session's entry", "session_id", h.id, "err", err)
+			}
+		}
 	}
-	return err == nil, err
 }
 
 // answer ends a call that does not run with an error of kind, unless it has an end
@@ -370,7 +416,8 @@ func (s *sessions) answer(sandbox string, msg jetstream.Msg, kind, text string) 
 	if job != nil && err == nil {
 		meta = job.Metadata
 	}
-	p := s.events.publisher(ref, 1, ct, meta)
+	// Attempt 0, as a job ended before it ran: its message ids are never a run's.
+	p := s.events.publisher(ref, 0, ct, meta)
 	if perr := p.terminal(kind, text); perr != nil {
 		s.log.Warn("answer a session call", "execution_id", ref, "err", perr)
 	}

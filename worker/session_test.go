@@ -189,9 +189,7 @@ func TestAKilledWorkersSessionsAreLost(t *testing.T) {
 	dir := t.TempDir()
 	config := filepath.Join(dir, "config.yaml")
 	tools := filepath.Join(testenv.RepoRoot(), "examples", "tools", "*.py")
-	if err := os.WriteFile(config, []byte(`worker:
-  liveness_ttl: 2s
-sandboxes:
+	if err := os.WriteFile(config, []byte(`sandboxes:
   default:
     tools: ["`+tools+`"]
     pool: {size: 1, max_overflow: 1}
@@ -224,8 +222,9 @@ sandboxes:
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	// Takes the next call, once the killed worker's liveness key expired.
-	startWorker(t, nc, 1, 0, func(c *worker.Config) { c.LivenessTTL = 2 * time.Second })
+	// Takes the next call, once the killed worker has not refreshed its session's
+	// entry for 15 s.
+	startWorker(t, nc, 1, 0, nil)
 	res := call(t, s, "emit_result(x)")
 	if res.Success || res.ErrorKind != wire.KindSessionLost || !strings.Contains(res.Error, id) {
 		t.Errorf("the call after the worker died: %v %s: %s (worker %s); want session_lost naming the dead worker", res.Success, res.ErrorKind, res.Error, res.WorkerID)

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -141,4 +142,27 @@ func identify(h nats.Header, data []byte) (id, ct string, meta map[string]string
 		return ownedID(nil, id), ct, nil
 	}
 	return ownedID(job, id), ct, job.Metadata
+}
+
+// seeSession is see for a session call: one of a sandbox no worker serves (no opener
+// consumer) gets invalid_job. It stays in the sessions stream until its max age.
+func (t *triage) seeSession(m *nats.Msg) {
+	sandbox, _, err := wire.ParseSessionSubject(m.Subject)
+	if err != nil || t.served[sandbox] {
+		return
+	}
+	t.bg.run("", m, func(ctx context.Context) {
+		if _, err := t.js.Consumer(ctx, wire.StreamSessions, wire.SessionOpenerName(sandbox)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return
+		}
+		id, ct, meta := identify(m.Header, m.Data)
+		if id == "" {
+			return
+		}
+		p := t.events.publisher(execRef{"", id}, 0, ct, meta)
+		msg := fmt.Sprintf("unknown sandbox %q: no worker serves it (this worker serves %s)", sandbox, t.names)
+		if err := p.terminal(wire.KindInvalidJob, msg); err != nil {
+			t.log.Warn("publish the error of a session call for an unknown sandbox", "execution_id", id, "err", err)
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jazzmine/worker/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -119,6 +120,7 @@ func (w *Worker) subscribe() error {
 		{cancelAll, groupCancel, w.cancels.coordinate},
 		{subjectRunning + ">", "", w.cancels.answerRunning},
 		{execAll, groupTriage, w.triage.see},
+		{wire.SessionWildcard, groupTriage, w.triage.seeSession},
 	} {
 		var sub *nats.Subscription
 		var err error
