@@ -54,7 +54,6 @@ type sessions struct {
 	events  *events
 	log     *slog.Logger
 	kv      jetstream.KeyValue // BucketSessions, set by ensureStreams
-	workers jetstream.KeyValue // BucketWorkers: is an owner alive
 	openers map[string]jetstream.Consumer
 
 	mu      sync.Mutex

@@ -10,12 +10,12 @@ import (
 	"github.com/jazzmine/worker/wire"
 )
 
-// ensureStreams creates or updates the jobs and events streams, the key-value
-// buckets and one durable consumer per sandbox, so that every worker of a fleet
-// converges on the same definitions whichever starts first.
+// ensureStreams creates or updates the jobs, events and session streams, the files
+// bucket, the key-value buckets and the consumers of each sandbox, so that every
+// worker of a fleet converges on the same definitions whichever starts first.
 func (w *Worker) ensureStreams(ctx context.Context) error {
 	c := &w.cfg
-	_, err := w.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	streams := []jetstream.StreamConfig{{
 		Name:        wire.StreamExec,
 		Description: "jazzmine jobs, one subject per sandbox (and tenant)",
 		Subjects:    []string{execAll},
@@ -24,25 +24,32 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		MaxMsgs:     c.MaxBacklog,
 		MaxBytes:    c.MaxBacklogBytes,
 		Duplicates:  c.DuplicateWindow,
-		Replicas:    c.Replicas,
-		Storage:     jetstream.FileStorage,
-	})
-	if err != nil {
-		return fmt.Errorf("create or update stream %s: %w", wire.StreamExec, err)
-	}
-	w.events.stream, err = w.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	}, {
 		Name:        wire.StreamEvents,
 		Description: "jazzmine execution events, one subject per execution and type",
 		Subjects:    []string{wire.AllEventsWildcard},
-		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      c.EventsMaxAge,
 		Duplicates:  min(c.DuplicateWindow, c.EventsMaxAge),
-		Replicas:    c.Replicas,
-		Storage:     jetstream.FileStorage,
-	})
-	if err != nil {
-		return fmt.Errorf("create or update stream %s: %w", wire.StreamEvents, err)
+	}, {
+		Name:        wire.StreamSessions,
+		Description: "jazzmine session calls, one subject per session",
+		Subjects:    []string{wire.SessionWildcard},
+		MaxAge:      c.SessionMaxLife + c.EventsMaxAge,
+		MaxMsgs:     c.MaxBacklog,
+		MaxBytes:    c.MaxBacklogBytes,
+		Duplicates:  c.DuplicateWindow,
+	}}
+	for _, cfg := range streams {
+		cfg.Replicas, cfg.Storage = c.Replicas, jetstream.FileStorage
+		stream, err := w.js.CreateOrUpdateStream(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("create or update stream %s: %w", cfg.Name, err)
+		}
+		if cfg.Name == wire.StreamEvents {
+			w.events.stream = stream
+		}
 	}
+	var err error
 	w.files.store, err = w.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      wire.FilesBucket,
 		Description: "jazzmine input files, artifacts and display images; they expire with the events",
@@ -54,27 +61,23 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create or update object store %s: %w", wire.FilesBucket, err)
 	}
-	_, err = w.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        wire.StreamSessions,
-		Description: "jazzmine session calls, one subject per session",
-		Subjects:    []string{wire.SessionWildcard},
-		Retention:   jetstream.LimitsPolicy,
-		MaxAge:      c.SessionMaxLife + c.EventsMaxAge,
-		MaxMsgs:     c.MaxBacklog,
-		MaxBytes:    c.MaxBacklogBytes,
-		Duplicates:  c.DuplicateWindow,
-		Replicas:    c.Replicas,
-		Storage:     jetstream.FileStorage,
-	})
-	if err != nil {
-		return fmt.Errorf("create or update stream %s: %w", wire.StreamSessions, err)
+	if err := w.ensureBuckets(ctx); err != nil {
+		return err
 	}
+	return w.ensureConsumers(ctx)
+}
+
+// ensureBuckets creates or updates the key-value buckets and hands them to the parts
+// that use them.
+func (w *Worker) ensureBuckets(ctx context.Context) error {
+	c := &w.cfg
 	for _, b := range []jetstream.KeyValueConfig{
-		{Bucket: BucketWorkers, Description: "live jazzmine workers", TTL: c.LivenessTTL, Replicas: c.Replicas, History: 1},
-		{Bucket: BucketCancels, Description: "cancelled jazzmine executions", TTL: c.EventsMaxAge, Replicas: c.Replicas, History: 1},
-		{Bucket: BucketFleet, Description: "jazzmine workers of this fleet, alive or dead", TTL: FleetMemory, Replicas: c.Replicas, History: 1},
-		{Bucket: BucketSessions, Description: "jazzmine sessions: their worker, or why they ended", TTL: c.SessionMaxLife + c.EventsMaxAge, Replicas: c.Replicas, History: 1},
+		{Bucket: BucketWorkers, Description: "live jazzmine workers", TTL: c.LivenessTTL},
+		{Bucket: BucketCancels, Description: "cancelled jazzmine executions", TTL: c.EventsMaxAge},
+		{Bucket: BucketFleet, Description: "jazzmine workers of this fleet, alive or dead", TTL: FleetMemory},
+		{Bucket: BucketSessions, Description: "jazzmine sessions: their worker, or why they ended", TTL: c.SessionMaxLife + c.EventsMaxAge},
 	} {
+		b.Replicas, b.History = c.Replicas, 1
 		kv, err := w.js.CreateOrUpdateKeyValue(ctx, b)
 		if err != nil {
 			return fmt.Errorf("create or update bucket %s: %w", b.Bucket, err)
@@ -82,7 +85,6 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		switch b.Bucket {
 		case BucketWorkers:
 			w.live.workers = kv
-			w.sessions.workers = kv
 		case BucketCancels:
 			w.cancels.kv = kv
 		case BucketFleet:
@@ -91,6 +93,12 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 			w.sessions.kv = kv
 		}
 	}
+	return nil
+}
+
+// ensureConsumers creates or updates each sandbox's jobs consumer and session opener.
+func (w *Worker) ensureConsumers(ctx context.Context) error {
+	c := &w.cfg
 	for _, sb := range c.Sandboxes {
 		cons, err := w.js.CreateOrUpdateConsumer(ctx, wire.StreamExec, jetstream.ConsumerConfig{
 			Durable:        wire.ConsumerName(sb.Name),
