@@ -57,8 +57,18 @@ fuzz: ## A short run of every fuzz target (FUZZ_FAST or FUZZ_SLOW executions eac
 	$(GO) test -run '^$$' -fuzz '^FuzzExecutorStream$$' -fuzztime $(FUZZ_SLOW) ./harness/
 	$(GO) test -run '^$$' -fuzz '^FuzzDemux$$' -fuzztime $(FUZZ_FAST) ./sandboxpool/
 
+.PHONY: test-deps
+test-deps: ## Install docker-compose for the compose test when root with apt (one line says so); else print the command
+	@command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "test-deps: docker-compose is not installed: installing it (apt-get install -y --no-install-recommends docker-compose)"; \
+	    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker-compose; } >/dev/null; \
+	  else \
+	    echo "test-deps: the compose test needs docker-compose (skipped without it): sudo apt-get install -y docker-compose"; \
+	  fi; }
+
 .PHONY: test
-test: lint base-image datascience-image test-python test-go fuzz ## Everything CI runs: lint, base images, Python and Go tests, a short fuzz run
+test: test-deps lint base-image datascience-image test-python test-go fuzz ## Everything CI runs: lint, base images, Python and Go tests, a short fuzz run
 
 .PHONY: run
 run: base-image datascience-image build ## Run the worker with the example config and the embedded NATS server (127.0.0.1:4222)

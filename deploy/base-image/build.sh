@@ -65,8 +65,18 @@ for e in "${ENVS[@]}"; do
 done
 [ -z "$SMOKE_TEST" ] || [ -f "$SMOKE_TEST" ] || die "SMOKE_TEST: no such file: $SMOKE_TEST"
 
-command -v mmdebstrap >/dev/null 2>&1 \
-  || die "mmdebstrap is not installed; install it with: apt-get update && apt-get install -y mmdebstrap"
+# mmdebstrap is the one tool this needs beyond Docker: installed here when we are
+# root on an apt system (one line says so), else the exact command is printed.
+if ! command -v mmdebstrap >/dev/null 2>&1; then
+  install_cmd="apt-get update && apt-get install -y --no-install-recommends mmdebstrap"
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "mmdebstrap is not installed: installing it ($install_cmd)"
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends mmdebstrap; } >/dev/null \
+      || die "could not install mmdebstrap; run: $install_cmd"
+  else
+    die "mmdebstrap is not installed; install it with: sudo sh -c '$install_cmd'"
+  fi
+fi
 
 # --- mirrors: read from the host's apt configuration -------------------------
 
