@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,7 +51,7 @@ func (t *triage) see(m *nats.Msg) {
 		// A subject no consumer can ever match (a literal wildcard, a character no
 		// sandbox name has): nothing would take it, and it would hold backlog room
 		// for good.
-		t.bg.run(tenantToken(m.Subject), m, t.purgeUnserved)
+		t.bg.run(tenantToken(m.Subject), m, t.purgeSoon)
 		return
 	}
 	if t.served[sandbox] {
@@ -69,7 +70,7 @@ func (t *triage) see(m *nats.Msg) {
 				t.log.Warn("publish the error of a job for an unknown sandbox", "execution_id", id, "err", err)
 			}
 		}
-		t.purgeUnserved(ctx)
+		t.purgeSoon(ctx)
 	})
 }
 
@@ -84,16 +85,28 @@ func tenantToken(subject string) string {
 	return tokens[2]
 }
 
-// purgeUnserved removes the jobs of every subject that no consumer serves, or can:
-// one that is no job subject at all.
-func (t *triage) purgeUnserved(ctx context.Context) {
+// purgeSoon is purgeUnserved for a job just seen: the subscription that saw it may
+// get it before the stream has stored it, so it looks again, twice at most, while
+// it removes nothing (a job left would hold backlog room until another came).
+func (t *triage) purgeSoon(ctx context.Context) {
+	for range 3 {
+		if t.purgeUnserved(ctx) > 0 {
+			return
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+// purgeUnserved removes the jobs of every subject that no consumer serves, or can
+// (one that is no job subject at all), and says how many subjects it found.
+func (t *triage) purgeUnserved(ctx context.Context) (removed int) {
 	stream, err := t.js.Stream(ctx, wire.StreamExec)
 	if err != nil {
-		return
+		return 0
 	}
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(execAll))
 	if err != nil {
-		return
+		return 0
 	}
 	for subject := range info.State.Subjects {
 		_, sandbox, err := wire.ParseExecSubject(subject)
@@ -103,6 +116,7 @@ func (t *triage) purgeUnserved(ctx context.Context) {
 				continue
 			}
 		}
+		removed++
 		if strings.ContainsAny(subject, "*>") {
 			deleteLiteral(ctx, stream, subject)
 			continue
@@ -111,6 +125,7 @@ func (t *triage) purgeUnserved(ctx context.Context) {
 			t.log.Warn("purge jobs of an unknown sandbox", "subject", subject, "err", err)
 		}
 	}
+	return removed
 }
 
 // literalDeleteMax bounds how many messages one deleteLiteral removes.
