@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -120,9 +119,6 @@ func (c *Client) InputFile(ctx context.Context, local, path string) (wire.File, 
 	file := wire.File{Path: path, Mode: int(st.Mode().Perm())}
 	if st.Size() <= InlineLimit {
 		file.Data, err = io.ReadAll(f)
-		if file.Data == nil {
-			file.Data = []byte{}
-		}
 		return file, err
 	}
 	file.Object = "uploads/" + NewExecutionID() + "/" + filepath.Base(local)
@@ -141,13 +137,13 @@ func (c *Client) Download(ctx context.Context, a *Artifact, w io.Writer) error {
 		return fmt.Errorf("get object %q: %w", a.Object, err)
 	}
 	defer obj.Close()
-	h := newSHA256()
+	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(w, h), obj)
 	if err != nil {
 		return fmt.Errorf("read object %q: %w", a.Object, err)
 	}
-	if n != a.Size || h.hex() != a.SHA256 {
-		return fmt.Errorf("object %q is %d bytes with SHA-256 %s, not the %d bytes and %s its event announced", a.Object, n, h.hex(), a.Size, a.SHA256)
+	if sum := hex.EncodeToString(h.Sum(nil)); n != a.Size || sum != a.SHA256 {
+		return fmt.Errorf("object %q is %d bytes with SHA-256 %s, not the %d bytes and %s its event announced", a.Object, n, sum, a.Size, a.SHA256)
 	}
 	return nil
 }
@@ -179,10 +175,3 @@ func (c *Client) Save(ctx context.Context, a *Artifact, dir string) (string, err
 	}
 	return filepath.Join(dir, a.Path), err
 }
-
-// sha256Writer hashes what is written to it.
-type sha256Writer struct{ hash.Hash }
-
-func newSHA256() sha256Writer { return sha256Writer{sha256.New()} }
-
-func (h sha256Writer) hex() string { return hex.EncodeToString(h.Sum(nil)) }

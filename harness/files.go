@@ -137,14 +137,15 @@ func (r *run) openBlob(ctx context.Context, ev *Event) error {
 	if ev.Size < 0 {
 		return fmt.Errorf("%w: a %s of %d bytes", ErrProtocol, ev.Type, ev.Size)
 	}
-	if ev.Type == EventArtifact || ev.Path != "" {
-		r.artifacts++
-		r.artifactBytes += ev.Size
+	if !ev.IsFile() {
+		return nil
 	}
+	r.artifacts++
+	r.artifactBytes += ev.Size
 	if r.artifacts > r.req.MaxArtifacts || r.artifactBytes > r.req.MaxArtifactBytes {
 		return fmt.Errorf("%w: artifacts past the limits the harness was given (%d files, %d bytes)", ErrProtocol, r.artifacts, r.artifactBytes)
 	}
-	if ev.hasBlob() {
+	if ev.Size > 0 { // its bytes follow as chunk lines
 		ev.Blob = &blob{r: r, ctx: ctx, left: ev.Size}
 	}
 	return nil

@@ -131,9 +131,9 @@ type Event struct {
 	Blob io.Reader `json:"-"`
 }
 
-// hasBlob reports whether chunk lines follow ev.
-func (ev *Event) hasBlob() bool {
-	return (ev.Type == EventArtifact || ev.Type == EventDisplay && ev.Path != "") && ev.Size > 0
+// IsFile reports whether ev announces a file (its Blob holds the bytes): an artifact, or a display's image.
+func (ev *Event) IsFile() bool {
+	return ev.Type == EventArtifact || ev.Type == EventDisplay && ev.Path != ""
 }
 
 // Ready is the harness's first event: what it loaded.

@@ -99,13 +99,14 @@ func ValidatePath(field, p string) error {
 		return fmt.Errorf("%s %s is absolute: it must be relative to the workspace", field, quote(p))
 	case path.Clean(p) != p:
 		return fmt.Errorf("%s %s is not a clean path: no \".\", \"..\" or empty components", field, quote(p))
+	case p == ".": // the one clean path of a "." component
+		return fmt.Errorf("%s %s is the workspace itself, not a file in it", field, quote(p))
 	}
+	// A clean path keeps ".." only as its leading components.
 	for c := range strings.SplitSeq(p, "/") {
 		switch {
 		case c == "..":
 			return fmt.Errorf("%s %s leaves the workspace", field, quote(p))
-		case c == ".":
-			return fmt.Errorf("%s %s is the workspace itself, not a file in it", field, quote(p))
 		case len(c) > 255:
 			return fmt.Errorf("%s %s has a component over 255 bytes", field, quote(p))
 		}

@@ -10,8 +10,6 @@ import (
 	_ "image/png" // image.DecodeConfig reads the charts
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -133,52 +131,15 @@ func TestALargeInputStreamsThroughTheWorker(t *testing.T) {
 	}
 	srv, nc := testenv.NATS(t)
 	testenv.SandboxImage(t) // built here, not by the worker, whose memory is measured
-	dir := t.TempDir()
-	config := filepath.Join(dir, "config.yaml")
-	tools := filepath.Join(testenv.RepoRoot(), "examples", "tools", "*.py")
-	err := os.WriteFile(config, []byte(`sandboxes:
-  default:
-    tools: ["`+tools+`"]
-    resources: {workspace_mb: 160}
-    pool: {size: 1, max_overflow: 0}
-`), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := startProcess(t, writeConfigWith(t, "", "resources: {workspace_mb: 160}\n    pool: {size: 1, max_overflow: 0}"), srv.ClientURL(), newID("memory"))
 	ctx := context.Background()
-	id := newID("memory")
-	cmd := exec.Command(testenv.WorkerBinary(t), "serve", "--config", config, "--metrics-addr", "", "--worker-id", id)
-	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL())
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if left := testenv.ContainersOf(t, id); len(left) != 0 {
-			t.Errorf("the worker left containers %v after its shutdown", left)
-			testenv.RemoveContainersOf(t, id)
-		}
-		if t.Failed() {
-			t.Logf("worker log:\n%s", logs.String())
-		}
-	})
 
 	a := newFilesAgent(t, nc)
 	// Warm up: the first job, so that the idle size is a worker that has run one.
 	if res := a.run(wire.Job{Files: []wire.File{{Path: "x", Data: []byte("x")}}, Script: "emit_result(open('x').read())"}); !res.Success {
 		t.Fatalf("warm-up: %s", res.Error)
 	}
-	idle := rss(cmd.Process.Pid)
+	idle := rss(w.cmd.Process.Pid)
 
 	const size = 100 << 20
 	h := sha256.New()
@@ -195,16 +156,18 @@ func TestALargeInputStreamsThroughTheWorker(t *testing.T) {
 				peak <- most
 				return
 			case <-time.After(10 * time.Millisecond):
-				most = max(most, rss(cmd.Process.Pid))
+				most = max(most, rss(w.cmd.Process.Pid))
 			}
 		}
 	}()
+	started := time.Now()
 	res := a.run(wire.Job{TimeoutSec: 120, Files: []wire.File{{Path: "big.bin", Object: "uploads/big.bin"}}, Script: `import hashlib, os
 h = hashlib.sha256()
 with open("big.bin", "rb") as f:
     for block in iter(lambda: f.read(1 << 20), b""):
         h.update(block)
 emit_result({"size": os.path.getsize("big.bin"), "sha": h.hexdigest()})`})
+	took := time.Since(started)
 	close(stop)
 	most := <-peak
 	if !res.Success {
@@ -214,10 +177,11 @@ emit_result({"size": os.path.getsize("big.bin"), "sha": h.hexdigest()})`})
 	if got["size"] != int64(size) || got["sha"] != hex.EncodeToString(h.Sum(nil)) {
 		t.Errorf("the script found %v", got)
 	}
-	t.Logf("worker RSS idle %.1f MB, at most %.1f MB while 100 MB streamed in", float64(idle)/(1<<20), float64(most)/(1<<20))
+	t.Logf("worker RSS idle %.1f MB, at most %.1f MB while 100 MB streamed in; the job took %v from submit to result (the script hashing the file included)", float64(idle)/(1<<20), float64(most)/(1<<20), took.Round(time.Millisecond))
 	if most-idle > 20<<20 {
 		t.Errorf("the worker grew by %.1f MB while the file streamed in: more than 20 MB", float64(most-idle)/(1<<20))
 	}
+	w.stop(t)
 }
 
 // pattern is an endless reader of bytes that do not compress to nothing.

@@ -76,7 +76,7 @@ func (f *files) inputs(ctx context.Context, ref execRef, job *wire.Job, limit in
 // SHA-256 and content type. Other events, and a display without an image, have
 // nothing to store.
 func (f *files) put(ctx context.Context, key string, attempt int, hev harness.Event, ev *wire.Event) error {
-	if hev.Type != wire.EventArtifact && (hev.Type != wire.EventDisplay || hev.Path == "") {
+	if !hev.IsFile() {
 		return nil
 	}
 	name := wire.ArtifactObject(key, attempt, hev.Path)

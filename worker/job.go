@@ -171,7 +171,7 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 		return outCancelled, ""
 	}
 
-	inputs, err := pr.files.inputs(ctx, ref, job, pr.maxInputBytes(sandbox))
+	inputs, err := pr.files.inputs(ctx, ref, job, pr.cfg.sandbox(sandbox).MaxInputBytes)
 	if err != nil {
 		return pr.noInputs(ctx, p, sandbox, attempt, last, err, log)
 	}
@@ -234,16 +234,6 @@ func (pr *processor) invalid(traced context.Context, job *wire.Job, ref execRef,
 		}
 	}
 	return outInvalid, truncateReason(err.Error())
-}
-
-// maxInputBytes is the most bytes of input files a job of the sandbox may bring.
-func (pr *processor) maxInputBytes(sandbox string) int64 {
-	for _, sb := range pr.cfg.Sandboxes {
-		if sb.Name == sandbox {
-			return sb.MaxInputBytes
-		}
-	}
-	return 0
 }
 
 // noInputs answers a job whose input files cannot be given to it: an input_file
@@ -312,6 +302,7 @@ func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wir
 		MaxArtifactBytes: job.MaxArtifactBytes,
 		Session:          job.SessionID != "",
 	}
+	key := ref.key()   // of the objects it stores
 	var unstored error // the first artifact or image the bucket did not take
 	if req.Timeout <= 0 {
 		req.Timeout = pr.cfg.DefaultTimeout
@@ -331,7 +322,7 @@ func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wir
 		if !ok {
 			return nil
 		}
-		if err := pr.files.put(runCtx, ref.key(), attempt, hev, ev); err != nil {
+		if err := pr.files.put(runCtx, key, attempt, hev, ev); err != nil {
 			// The bucket is full, or failing: the run goes on, and fails at its end.
 			// Not an error of the callback, which would retry the job for as long.
 			if unstored == nil {

@@ -56,6 +56,19 @@ func startProcess(t testing.TB, config, url, id string) *workerProcess {
 	return p
 }
 
+// stop ends the worker with SIGTERM, as an operator would, and checks that it left
+// no container behind.
+func (p *workerProcess) stop(t testing.TB) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.cmd.Wait(); err != nil {
+		t.Errorf("worker %s: %v", p.id, err)
+	}
+	if left := testenv.ContainersOf(t, p.id); len(left) != 0 {
+		t.Errorf("worker %s left containers %v after its shutdown", p.id, left)
+	}
+}
+
 type syncWriter struct {
 	mu sync.Mutex
 	w  *bytes.Buffer

@@ -48,25 +48,27 @@ func (p *producer) done() <-chan struct{} {
 // then asks for the next, until ctx ends.
 func (p *producer) pull(ctx context.Context, sandbox string, cons jetstream.Consumer) {
 	defer p.loops.Done()
+	pullEach(ctx, cons, p.log.With("sandbox", sandbox), "a job", func(msg jetstream.Msg) { p.handle(sandbox, msg) })
+}
+
+// pullEach fetches one message of cons at a time and hands it to handle, which runs
+// it to its end before the next is asked for, until ctx ends. A failed fetch is
+// logged (what names the message) and tried again a second later.
+func pullEach(ctx context.Context, cons jetstream.Consumer, log *slog.Logger, what string, handle func(jetstream.Msg)) {
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(1, jetstream.FetchContext(ctx))
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			p.log.Warn("fetch a job", "sandbox", sandbox, "err", err)
-			select {
-			case <-time.After(time.Second):
-			case <-ctx.Done():
-				return
+			if ctx.Err() == nil {
+				log.Warn("fetch "+what, "err", err)
+				sleep(ctx, time.Second)
 			}
 			continue
 		}
 		for msg := range batch.Messages() {
-			p.handle(sandbox, msg)
+			handle(msg)
 		}
 		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			p.log.Debug("fetch ended", "sandbox", sandbox, "err", err)
+			log.Debug("fetch ended", "err", err)
 		}
 	}
 }

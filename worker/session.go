@@ -96,19 +96,7 @@ func (s *sessions) stop() {
 // open is an opener loop: one call at a time of the sandbox's sessions.
 func (s *sessions) open(ctx context.Context, sandbox string, cons jetstream.Consumer) {
 	defer s.loops.Done()
-	for ctx.Err() == nil {
-		batch, err := cons.Fetch(1, jetstream.FetchContext(ctx))
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("fetch a session call", "sandbox", sandbox, "err", err)
-				sleep(ctx, time.Second)
-			}
-			continue
-		}
-		for msg := range batch.Messages() {
-			s.see(ctx, sandbox, msg)
-		}
-	}
+	pullEach(ctx, cons, s.log.With("sandbox", sandbox), "a session call", func(msg jetstream.Msg) { s.see(ctx, sandbox, msg) })
 }
 
 // see decides what the opener does with a call. A call of an unknown session opens
@@ -398,22 +386,20 @@ func (s *sessions) touch(h *session, rev uint64, stop <-chan struct{}) {
 // already (its session's owner ran it before the session ended).
 func (s *sessions) answer(sandbox string, msg jetstream.Msg, kind, text string) {
 	job, ref, ct, err := decode(sandbox, msg, s.cfg.MaxScriptBytes)
-	if err != nil {
-		if ref.id != "" {
-			text = err.Error()
-			kind = wire.KindInvalidJob
-		} else {
-			return
-		}
+	switch {
+	case err != nil && ref.id == "":
+		return // no id of its own to answer under: the caller acks it
+	case err != nil:
+		kind, text = wire.KindInvalidJob, err.Error()
+	}
+	var meta map[string]string
+	if err == nil {
+		meta = job.Metadata
 	}
 	ctx, cancel := publishContext()
 	defer cancel()
 	if ended, err := s.events.ended(ctx, ref.key()); err != nil || ended {
 		return
-	}
-	var meta map[string]string
-	if job != nil && err == nil {
-		meta = job.Metadata
 	}
 	// Attempt 0, as a job ended before it ran: its message ids are never a run's.
 	p := s.events.publisher(ref, 0, ct, meta)

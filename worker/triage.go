@@ -61,17 +61,24 @@ func (t *triage) see(m *nats.Msg) {
 		if exists, err := consumerExists(ctx, t.js, sandbox); err != nil || exists {
 			return
 		}
-		id, ct, meta := identify(m.Header, m.Data)
-		msg := fmt.Sprintf("unknown sandbox %q: no worker serves it (this worker serves %s)", sandbox, t.names)
-		t.log.Warn("job for an unknown sandbox", "sandbox", sandbox, "execution_id", id)
-		if id != "" {
-			p := t.events.publisher(execRef{tenant, id}, 1, ct, meta)
-			if err := p.terminal(wire.KindInvalidJob, msg); err != nil {
-				t.log.Warn("publish the error of a job for an unknown sandbox", "execution_id", id, "err", err)
-			}
-		}
+		t.unknown(tenant, sandbox, m)
 		t.purgeSoon(ctx)
 	})
+}
+
+// unknown answers job m, of a sandbox no worker serves, with invalid_job under its id,
+// if it has one.
+func (t *triage) unknown(tenant, sandbox string, m *nats.Msg) {
+	id, ct, meta := identify(m.Header, m.Data)
+	t.log.Warn("job for an unknown sandbox", "sandbox", sandbox, "execution_id", id)
+	if id == "" {
+		return
+	}
+	p := t.events.publisher(execRef{tenant, id}, 1, ct, meta)
+	msg := fmt.Sprintf("unknown sandbox %q: no worker serves it (this worker serves %s)", sandbox, t.names)
+	if err := p.terminal(wire.KindInvalidJob, msg); err != nil {
+		t.log.Warn("publish the error of a job for an unknown sandbox", "execution_id", id, "err", err)
+	}
 }
 
 // tenantToken is the tenant token of a job subject that does not parse: the third
@@ -167,17 +174,8 @@ func (t *triage) seeSession(m *nats.Msg) {
 		return
 	}
 	t.bg.run("", m, func(ctx context.Context) {
-		if _, err := t.js.Consumer(ctx, wire.StreamSessions, wire.SessionOpenerName(sandbox)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return
-		}
-		id, ct, meta := identify(m.Header, m.Data)
-		if id == "" {
-			return
-		}
-		p := t.events.publisher(execRef{"", id}, 0, ct, meta)
-		msg := fmt.Sprintf("unknown sandbox %q: no worker serves it (this worker serves %s)", sandbox, t.names)
-		if err := p.terminal(wire.KindInvalidJob, msg); err != nil {
-			t.log.Warn("publish the error of a session call for an unknown sandbox", "execution_id", id, "err", err)
+		if _, err := t.js.Consumer(ctx, wire.StreamSessions, wire.SessionOpenerName(sandbox)); errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.unknown("", sandbox, m)
 		}
 	})
 }

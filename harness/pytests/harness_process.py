@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The directory that holds the package jazzmine_harness, as /opt/jazzmine in an image.
@@ -95,3 +96,22 @@ def blobs(events):
     if current is not None and len(current[1]) != current[0]["size"]:
         raise AssertionError("%s: %d bytes for size %d" % (current[0]["path"], len(current[1]), current[0]["size"]))
     return [(header, bytes(data)) for header, data in out]
+
+
+class HarnessTest(unittest.TestCase):
+    """A test against one real harness process. execute() runs a request to its
+    script_done, which must carry the execute's nonce, and checks the reset_done that
+    follows. REQUEST holds fields every execute of the class gets."""
+
+    REQUEST = {}
+
+    def setUp(self):
+        self.h = HarnessProcess()
+        self.addCleanup(self.h.close)
+
+    def execute(self, eid, script, **kw):
+        self.h.send(type="execute", execution_id=eid, script=script, nonce="n-" + eid, **dict(self.REQUEST, **kw))
+        events = self.h.until("script_done")
+        self.assertEqual(events[-1]["nonce"], "n-" + eid)
+        self.assertEqual(self.h.read(), {"type": "reset_done", "nonce": "n-" + eid})
+        return events

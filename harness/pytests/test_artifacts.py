@@ -5,20 +5,10 @@ is not its own or to hang the harness. Run with `make test-python`."""
 import time
 import unittest
 
-from harness_process import HarnessProcess, blobs
+from harness_process import HarnessTest, blobs
 
 
-class ArtifactsTest(unittest.TestCase):
-    def setUp(self):
-        self.h = HarnessProcess()
-        self.addCleanup(self.h.close)
-
-    def execute(self, eid, script, **kw):
-        self.h.send(type="execute", execution_id=eid, script=script, nonce="n-" + eid, **kw)
-        events = self.h.until("script_done")
-        self.assertEqual(self.h.read(), {"type": "reset_done", "nonce": "n-" + eid})
-        return events
-
+class ArtifactsTest(HarnessTest):
     def artifacts(self, events):
         return {h["path"]: (data, h["content_type"]) for h, data in blobs(events) if h["type"] == "artifact"}
 

@@ -8,7 +8,7 @@ import json
 import struct
 import unittest
 
-from harness_process import HarnessProcess, blobs
+from harness_process import HarnessProcess, HarnessTest, blobs
 
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
@@ -24,16 +24,8 @@ def png_size(data):
     return struct.unpack(">II", data[16:24])
 
 
-class DisplayTest(unittest.TestCase):
-    def setUp(self):
-        self.h = HarnessProcess()
-        self.addCleanup(self.h.close)
-
-    def execute(self, eid, script, **kw):
-        self.h.send(type="execute", execution_id=eid, script=script, nonce="n-" + eid, mode="interactive", **kw)
-        events = self.h.until("script_done")
-        self.assertEqual(self.h.read(), {"type": "reset_done", "nonce": "n-" + eid})
-        return events
+class DisplayTest(HarnessTest):
+    REQUEST = {"mode": "interactive"}
 
     def displays(self, events):
         return [e for e in events if e["type"] == "display"]

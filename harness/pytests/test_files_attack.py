@@ -4,20 +4,10 @@ Run with `make test-python`."""
 
 import unittest
 
-from harness_process import HarnessProcess, blobs
+from harness_process import HarnessTest, blobs
 
 
-class FilesAttackTest(unittest.TestCase):
-    def setUp(self):
-        self.h = HarnessProcess()
-        self.addCleanup(self.h.close)
-
-    def execute(self, eid, script, **kw):
-        self.h.send(type="execute", execution_id=eid, script=script, nonce="n-" + eid, **kw)
-        events = self.h.until("script_done")
-        self.assertEqual(self.h.read(), {"type": "reset_done", "nonce": "n-" + eid})
-        return events
-
+class FilesAttackTest(HarnessTest):
     def artifacts(self, events):
         return {h["path"]: data for h, data in blobs(events) if h["type"] == "artifact"}
 

@@ -8,7 +8,7 @@ import os
 import tempfile
 import unittest
 
-from harness_process import HarnessProcess
+from harness_process import HarnessProcess, HarnessTest
 
 # What a script reports of the workspace's files: path -> [sha256, mode].
 LIST = """import hashlib, os
@@ -25,18 +25,7 @@ def sha(data):
     return hashlib.sha256(data).hexdigest()
 
 
-class InputFilesTest(unittest.TestCase):
-    def setUp(self):
-        self.h = HarnessProcess()
-        self.addCleanup(self.h.close)
-
-    def execute(self, eid, script, **kw):
-        self.h.send(type="execute", execution_id=eid, script=script, nonce="n-" + eid, **kw)
-        events = self.h.until("script_done")
-        self.assertEqual(events[-1]["nonce"], "n-" + eid)
-        self.assertEqual(self.h.read(), {"type": "reset_done", "nonce": "n-" + eid})
-        return events
-
+class InputFilesTest(HarnessTest):
     def result(self, events):
         return [e["data"] for e in events if e["type"] == "final_result"]
 
