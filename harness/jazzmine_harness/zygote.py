@@ -21,6 +21,10 @@ FORK_WAIT = 5.0
 # Seconds to wait for the zygote to report a killed child's end.
 REAP_WAIT = 5.0
 
+# How often a wait on the zygote looks whether it was stopped meanwhile (see check):
+# a fork request then fails at once, a wait for a child's end gives up.
+CHECK_EVERY = 0.05
+
 # The zygote's messages to the harness: a kind, a pid and a wait status.
 _ZMSG = struct.Struct("=cii")
 
@@ -151,17 +155,26 @@ class Zygote:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ZygoteLost("the zygote did not answer a fork request within %gs" % FORK_WAIT)
-                kind, pid, status = self._recv(left)
+                kind, pid, status = self._recv(min(left, CHECK_EVERY))
                 if kind == b"P":
                     return pid
+                if kind is None:
+                    self.check()
         except OSError as e:
             raise ZygoteLost("the zygote is gone: %s" % e) from None
 
     def check(self):
         """Raises ZygoteLost if the zygote was stopped or killed: what a script of our
-        uid can do to it. Called after each execution, before anything waits on it."""
-        if system.proc_state(self.pid) in (None, "T", "t", "Z", "X"):
+        uid can do to it. Called after each execution, before anything waits on it, and
+        every CHECK_EVERY while something does: a SIGSTOP the script sent takes effect
+        only once the zygote is scheduled, which on a busy host may be after the first
+        check."""
+        if self.lost():
             raise ZygoteLost("the zygote was stopped or killed during the execution")
+
+    def lost(self):
+        """Whether the zygote is stopped, traced or gone."""
+        return system.proc_state(self.pid) in (None, "T", "t", "Z", "X")
 
     def _recv(self, timeout):
         """One message; (None, 0, 0) on timeout. Raises OSError if the zygote is gone."""
@@ -192,7 +205,8 @@ class Zygote:
             if left <= 0:
                 return None
             try:
-                self._recv(left)
+                if self._recv(min(left, CHECK_EVERY))[0] is None and self.lost():
+                    return None  # it reports nothing more; the check after the run says why
             except OSError:
                 # The zygote died: its children are ours now (we are the subreaper).
                 return self._wait_orphan(pid, deadline)
