@@ -54,6 +54,12 @@ const (
 	resumeMinDelay = 250 * time.Millisecond
 	resumeMaxDelay = 5 * time.Second
 
+	// replayQuiet is how long an execution read from the events stream may go
+	// without an event before the client asks for its events again (see
+	// Execution.askReplay); the wait doubles each time, up to replayQuietMax.
+	replayQuiet    = 2 * time.Second
+	replayQuietMax = 30 * time.Second
+
 	// DefaultLiveWindow is how long an execution follows its events through
 	// a plain subscription before it moves to a JetStream consumer: 1 s.
 	DefaultLiveWindow = time.Second

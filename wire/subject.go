@@ -18,6 +18,16 @@ const (
 	// SubjectPrefixCancel is the prefix of the subjects cancel requests are
 	// published on, jazzmine.cancel.<execution_id>.
 	SubjectPrefixCancel = "jazzmine.cancel"
+	// SubjectPrefixReplay is the prefix of the subjects an agent of a tenant
+	// asks on for an execution's events again, jazzmine.replay.<execution_id>
+	// (jazzmine.replay.<tenant>.<execution_id> in the fleet's account): a
+	// tenant's events stream takes them from the fleet's account without
+	// acknowledgement, and misses those sent while it elects a leader.
+	SubjectPrefixReplay = "jazzmine.replay"
+	// SubjectPrefixReplayed is the prefix the fleet's account publishes the
+	// replayed events on, jazzmine.replayed.<tenant>.<execution_id>.<type>; they
+	// arrive in the tenant's account as jazzmine.events.<execution_id>.<type>.
+	SubjectPrefixReplayed = "jazzmine.replayed"
 
 	// ExecWildcard matches the jobs of every sandbox: the subjects of
 	// [StreamExec].
@@ -109,6 +119,20 @@ func EventMsgID(executionID string, attempt int, seq uint64) string {
 // [ErrInvalidSubject], and also [ErrInvalidID] when a token is not a valid id.
 func ParseExecSubject(subject string) (tenant, sandbox string, err error) {
 	return tenantTokens(subject, SubjectPrefixExec, "sandbox")
+}
+
+// ReplaySubject returns the subject that asks for the events of an execution
+// again, jazzmine.replay.<execution_id>. executionID must be valid (see
+// [ValidateID]).
+func ReplaySubject(executionID string) string {
+	return SubjectPrefixReplay + "." + executionID
+}
+
+// ParseReplaySubject returns the tenant ("" for none) and the execution id of a
+// replay request's subject as the fleet's account sees it. Errors as
+// [ParseExecSubject].
+func ParseReplaySubject(subject string) (tenant, executionID string, err error) {
+	return tenantTokens(subject, SubjectPrefixReplay, "execution_id")
 }
 
 // ParseCancelSubject returns the tenant ("" for none) and the execution id of a

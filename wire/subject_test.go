@@ -112,6 +112,8 @@ func TestTenantSubjectParsers(t *testing.T) {
 		{name: "a tenant's job", parse: wire.ParseExecSubject, subject: "jazzmine.exec.acme.default", tenant: "acme", last: "default"},
 		{name: "a cancel without a tenant", parse: wire.ParseCancelSubject, subject: "jazzmine.cancel.x-1", last: "x-1"},
 		{name: "a tenant's cancel", parse: wire.ParseCancelSubject, subject: "jazzmine.cancel.acme.x-1", tenant: "acme", last: "x-1"},
+		{name: "a tenant's replay request", parse: wire.ParseReplaySubject, subject: "jazzmine.replay.acme.x-1", tenant: "acme", last: "x-1"},
+		{name: "a replay request round-trips through ReplaySubject", parse: wire.ParseReplaySubject, subject: wire.ReplaySubject("x-1"), last: "x-1"},
 		{name: "three tokens after the prefix are rejected", parse: wire.ParseExecSubject, subject: "jazzmine.exec.a.b.c", wantErr: true},
 		{name: "a literal wildcard sandbox is rejected", parse: wire.ParseExecSubject, subject: "jazzmine.exec.acme.*", wantErr: true, badID: true},
 		{name: "a literal wildcard tenant is rejected", parse: wire.ParseCancelSubject, subject: "jazzmine.cancel.>.x", wantErr: true, badID: true},

@@ -34,7 +34,8 @@ type Worker struct {
 	cancels  *canceller  // BucketCancels and the cancel protocol (cancel.go)
 	triage   *triage     // jobs for sandboxes no worker serves (triage.go)
 	live     *liveness   // BucketWorkers and BucketFleet (liveness.go)
-	bg       *background // cancels' and triage's work (background.go)
+	replays  *replayer   // tenants' events published again (replay.go)
+	bg       *background // cancels', triage's and replays' work (background.go)
 	files    *files      // wire.FilesBucket: input files and artifacts (files.go)
 	sessions *sessions   // StreamSessions, BucketSessions: sessions (session.go)
 
@@ -71,6 +72,7 @@ func New(cfg Config) (*Worker, error) {
 	w.proc = newProcessor(&w.cfg, tel, w.events, w.cancels, running, w.files)
 	w.producer = newProducer(cfg.Sandboxes, w.proc.handle, cfg.Logger)
 	w.sessions = newSessions(&w.cfg, js, w.proc, w.events)
+	w.replays = newReplayer(cfg.NATS, w.events, w.bg, cfg.Logger)
 	w.triage = newTriage(js, cfg.Sandboxes, w.events, w.bg, cfg.Logger)
 	w.live = &liveness{id: cfg.WorkerID, ttl: cfg.LivenessTTL, log: cfg.Logger}
 	w.pulling, w.stopPulling = context.WithCancel(context.Background())
@@ -108,9 +110,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// subscribe subscribes the cancel protocol and triage: the coordinator and triage in
-// the fleet's queue groups (one worker each message), the answer for running
-// executions on every worker.
+// subscribe subscribes the cancel protocol, triage and replays: the coordinator,
+// triage and replays in the fleet's queue groups (one worker each message), the
+// answer for running executions on every worker.
 func (w *Worker) subscribe() error {
 	nc := w.cfg.NATS
 	for _, s := range []struct {
@@ -121,6 +123,7 @@ func (w *Worker) subscribe() error {
 		{subjectRunning + ">", "", w.cancels.answerRunning},
 		{execAll, groupTriage, w.triage.see},
 		{wire.SessionWildcard, groupTriage, w.triage.seeSession},
+		{replayAll, groupReplay, w.replays.see},
 	} {
 		var sub *nats.Subscription
 		var err error

@@ -1,0 +1,112 @@
+package nats_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/client"
+	natsdeploy "github.com/jazzmine/worker/deploy/nats"
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/wire"
+)
+
+// TestATenantGetsTheEventsItsStreamMissed: a tenant's events stream takes the events
+// from the fleet's account unacknowledged, and loses what is sent while it cannot
+// store (it elects a leader after its server died: the fault test saw a job whose
+// script_done the fleet held and its agent never got). Here the tenant's stream
+// refuses new messages while the job ends (DiscardNew at its current count), so the
+// job's result reaches only the fleet's stream; the agent, reading the stream, must
+// still get its result, by asking the fleet for the events again.
+func TestATenantGetsTheEventsItsStreamMissed(t *testing.T) {
+	workerSeed, workerPub := userKey(t)
+	agentSeed, agentPub := userKey(t)
+	conf, err := natsdeploy.AuthConfig([]string{workerPub}, []natsdeploy.Tenant{{Name: "agents", Key: agentPub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test's agent may also change its events stream, to break it.
+	create := `"$JS.API.STREAM.CREATE.JAZZMINE_EVENTS"`
+	if !strings.Contains(conf, create) {
+		t.Fatalf("the agents' permissions no longer name %s", create)
+	}
+	conf = strings.Replace(conf, create, create+"\n    \"$JS.API.STREAM.UPDATE.JAZZMINE_EVENTS\"", 1)
+	file := filepath.Join(t.TempDir(), "auth.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startAuthServer(t, file)
+	wnc := connectAs(t, srv.ClientURL(), workerSeed, nil)
+	startAuthWorker(t, wnc)
+	fleet, err := jetstream.New(wnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anc := connectAs(t, srv.ClientURL(), agentSeed, nil)
+	c, err := client.New(client.Config{Conn: anc, LiveWindow: -1}) // the stream from the start
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if res, err := c.Run(ctx, wire.Job{Sandbox: "default", Script: "emit_result(1)"}); err != nil || !res.Success {
+		t.Fatalf("a first job: %+v, %v", res, err) // the tenant's stream exists
+	}
+	ajs, err := jetstream.New(anc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := ajs.Stream(ctx, wire.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := stream.CachedInfo().Config
+
+	e, err := c.Submit(ctx, wire.Job{Sandbox: "default", Script: "print('up', flush=True)\nimport time\ntime.sleep(1)\nemit_result('the end')", TimeoutSec: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for ev := range e.Events() {
+		if ev.Type == wire.EventStdout {
+			break // running, and its stdout stored: the rest is not
+		}
+	}
+	full := open
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full.MaxMsgs, full.Discard = int64(info.State.Msgs), jetstream.DiscardNew
+	if _, err := ajs.UpdateStream(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	events, err := fleet.Stream(ctx, wire.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, time.Minute, "the fleet's stream to hold the script_done", func() bool {
+		_, err := events.GetLastMsgForSubject(ctx, wire.EventSubject("agents."+e.ID, wire.EventScriptDone))
+		return err == nil
+	})
+	held, err := stream.Info(ctx, jetstream.WithSubjectFilter(wire.EventsWildcard(e.ID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := held.State.Subjects[wire.EventSubject(e.ID, wire.EventScriptDone)]; ok {
+		t.Fatal("the tenant's stream stored the script_done though it was full: the test proves nothing")
+	}
+	if _, err := ajs.UpdateStream(ctx, open); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := e.Wait(ctx)
+	if err != nil || !res.Success || res.FinalData != "the end" || res.Stdout != "up\n" {
+		t.Fatalf("the execution: %+v, %v; want its result, once its events were replayed", res, err)
+	}
+}

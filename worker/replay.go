@@ -1,0 +1,125 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/wire"
+)
+
+// Replay. A tenant's events reach its account's own events stream through a stream
+// import (deploy/nats/auth.conf), that is as plain messages: what that stream misses
+// while it elects a leader, or while the server it is on is down, is lost to it,
+// though the fleet's stream, which the workers publish to with acknowledgements,
+// holds every event. An agent whose execution went quiet asks for its events again on
+// jazzmine.replay.<id>; one worker of the fleet (queue group) reads them from the
+// fleet's stream and publishes them again, with their Nats-Msg-Id, on
+// jazzmine.replayed.<tenant>.<id>.<type>, which the tenant's account receives as
+// jazzmine.events.<id>.<type>: its stream drops what it holds already (within its
+// duplicate window) and the client skips what it has seen. The fleet's own account
+// needs none of it (its stream is the one the workers publish to), so a replay
+// request without a tenant token is ignored.
+const (
+	groupReplay = "jazzmine-replay"
+	// replayAll matches the replay requests of every tenant, and only theirs.
+	replayAll = wire.SubjectPrefixReplay + ".*.*"
+	// replayEvery is how often one execution's events are replayed at most: an agent
+	// asking in a loop costs the fleet one read of them a second.
+	replayEvery = time.Second
+	// maxReplayEvents bounds the events one replay publishes: more than an agent is
+	// owed for any execution the workers' limits allow.
+	maxReplayEvents = 100_000
+	// replayBatch is how many events a replay fetches at a time.
+	replayBatch = 256
+)
+
+// replayer answers the fleet's replay requests.
+type replayer struct {
+	nc     *nats.Conn
+	events *events
+	bg     *background
+	log    *slog.Logger
+
+	mu   sync.Mutex // guards last
+	last map[string]time.Time
+}
+
+func newReplayer(nc *nats.Conn, events *events, bg *background, log *slog.Logger) *replayer {
+	return &replayer{nc: nc, events: events, bg: bg, log: log, last: map[string]time.Time{}}
+}
+
+// see is the handler of replayAll: a request is replayed in the background, as the
+// tenant's work (background.run), unless the same execution was replayed within
+// replayEvery.
+func (r *replayer) see(m *nats.Msg) {
+	tenant, id, err := wire.ParseReplaySubject(m.Subject)
+	if err != nil || tenant == "" {
+		r.log.Debug("ignored a replay request", "subject", m.Subject, "err", err)
+		return
+	}
+	ref := execRef{tenant: tenant, id: id}
+	if !r.due(ref.key()) {
+		return
+	}
+	r.bg.run(tenant, m, func(ctx context.Context) {
+		n, err := r.replay(ctx, ref)
+		r.log.Debug("replayed an execution's events", "execution_id", ref, "events", n, "err", err)
+	})
+}
+
+// due reports whether key's events may be replayed now, and notes that they are.
+func (r *replayer) due(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if now.Sub(r.last[key]) < replayEvery {
+		return false
+	}
+	if len(r.last) > backgroundQueue {
+		for k, at := range r.last {
+			if now.Sub(at) >= replayEvery {
+				delete(r.last, k)
+			}
+		}
+	}
+	r.last[key] = now
+	return true
+}
+
+// replay publishes the events of ref stored in the fleet's stream again, on the
+// tenant's replayed subjects, and returns how many.
+func (r *replayer) replay(ctx context.Context, ref execRef) (int, error) {
+	cons, err := r.events.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{wire.EventsWildcard(ref.key())}, InactiveThreshold: backgroundTimeout,
+	})
+	if err != nil {
+		return 0, err
+	}
+	pending := min(int(cons.CachedInfo().NumPending), maxReplayEvents)
+	from := wire.SubjectPrefixEvents + "." + ref.key() + "."
+	to := wire.SubjectPrefixReplayed + "." + ref.key() + "."
+	n := 0
+	for n < pending {
+		batch, err := cons.Fetch(min(replayBatch, pending-n), jetstream.FetchContext(ctx))
+		if err != nil {
+			return n, err
+		}
+		for msg := range batch.Messages() {
+			eventType, _ := strings.CutPrefix(msg.Subject(), from)
+			if err := r.nc.PublishMsg(&nats.Msg{Subject: to + eventType, Header: msg.Headers(), Data: msg.Data()}); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if err := batch.Error(); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
