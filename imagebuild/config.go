@@ -46,7 +46,7 @@ const (
 //	    resources: {memory_mb: 512, cpus: 1.0, pids: 128, workspace_mb: 64, tmp_mb: 64}
 //	    network: {allowed_hosts: [], private_ranges: []}  # host:port entries (empty: no way out at all); CIDR prefixes the names may resolve to though not global
 //	    mounts: [{source: /data, target: /data, read_only: true}]   # read_only defaults to true
-//	    pool: {size: 2, max_overflow: 4, max_uses: 50, idle_timeout: 10m, ready_timeout: 30s}
+//	    pool: {size: 2, max_overflow: 4, max_uses: 500, max_age: 1h, idle_timeout: 10m, ready_timeout: 30s}
 //
 // A field left out takes its default (the Default* constants); a field given
 // explicitly must be valid (an explicit memory_mb: 0 is an error, not the default).
@@ -181,6 +181,9 @@ type PoolSettings struct {
 	// MaxUses is the number of executions before a container is retired, at least
 	// 1; zero means the pool's default (sandboxpool.DefaultMaxUses).
 	MaxUses int
+	// MaxAge is how old a container may grow before it is replaced; zero means
+	// the pool's default (sandboxpool.DefaultMaxAge).
+	MaxAge time.Duration
 	// IdleTimeout is how long a container above Size may stay idle; default
 	// the pool's (sandboxpool.DefaultIdleTimeout).
 	IdleTimeout time.Duration
@@ -334,6 +337,7 @@ type poolYAML struct {
 	Size         *int      `yaml:"size"`
 	MaxOverflow  *int      `yaml:"max_overflow"`
 	MaxUses      *int      `yaml:"max_uses"`
+	MaxAge       *duration `yaml:"max_age"`
 	IdleTimeout  *duration `yaml:"idle_timeout"`
 	ReadyTimeout *duration `yaml:"ready_timeout"`
 }

@@ -90,7 +90,7 @@ sandboxes:
     resources: {memory_mb: 256, cpus: 0.5, pids: 64, workspace_mb: 32, tmp_mb: 16}
     network: {allowed_hosts: ["api.stripe.com:443", "10.0.0.1:8080", "[::1]:80", "*.example.com:443"], private_ranges: [10.20.0.0/16, "fd12:3456::/48"]}
     mounts: [{source: /data, target: /data}, {source: /out, target: /out, read_only: false}]
-    pool: {size: 0, max_overflow: 0, max_uses: 1, idle_timeout: 90s, ready_timeout: 1m}
+    pool: {size: 0, max_overflow: 0, max_uses: 1, max_age: 2h, idle_timeout: 90s, ready_timeout: 1m}
 `,
 		"tools/a.py":              "def a(): return 1\n",
 		"extra/b.py":              "def b(): return 2\n",
@@ -123,7 +123,7 @@ sandboxes:
 	if want := (Resources{MemoryMB: 256, CPUs: 0.5, PIDs: 64, WorkspaceMB: 32, TmpMB: 16}); s.Resources != want {
 		t.Errorf("resources = %+v", s.Resources)
 	}
-	if want := (PoolSettings{Size: 0, MaxOverflow: 0, MaxUses: 1, IdleTimeout: 90 * time.Second, ReadyTimeout: time.Minute}); s.Pool != want {
+	if want := (PoolSettings{Size: 0, MaxOverflow: 0, MaxUses: 1, MaxAge: 2 * time.Hour, IdleTimeout: 90 * time.Second, ReadyTimeout: time.Minute}); s.Pool != want {
 		t.Errorf("pool = %+v", s.Pool)
 	}
 	if want := []Mount{{"/data", "/data", true}, {"/out", "/out", false}}; !reflect.DeepEqual(s.Mounts, want) {

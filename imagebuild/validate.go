@@ -174,6 +174,7 @@ func resolveLimits(errs *[]error, r resourcesYAML, p poolYAML) (Resources, PoolS
 		Size:         atLeast(errs, "pool.size", p.Size, 0, DefaultPoolSize),
 		MaxOverflow:  atLeast(errs, "pool.max_overflow", p.MaxOverflow, 0, DefaultMaxOverflow),
 		MaxUses:      atLeast(errs, "pool.max_uses", p.MaxUses, 1, 0),
+		MaxAge:       time.Duration(positive(errs, "pool.max_age", p.MaxAge, 0)),
 		IdleTimeout:  time.Duration(positive(errs, "pool.idle_timeout", p.IdleTimeout, 0)),
 		ReadyTimeout: time.Duration(positive(errs, "pool.ready_timeout", p.ReadyTimeout, 0)),
 	}

@@ -18,7 +18,8 @@ import (
 
 // Defaults, used where a field is zero (see each field for what zero means).
 const (
-	DefaultMaxUses        = 50
+	DefaultMaxUses        = 500
+	DefaultMaxAge         = time.Hour
 	DefaultIdleTimeout    = 10 * time.Minute
 	DefaultReadyTimeout   = 30 * time.Second
 	DefaultResetTimeout   = 5 * time.Second
@@ -104,6 +105,10 @@ type Sandbox struct {
 	// MaxUses retires a container after that many executions; zero means
 	// DefaultMaxUses.
 	MaxUses int
+	// MaxAge retires a container that old: at its release, or idle at a moment
+	// nobody waits for the sandbox (a replacement starts first, as for MaxUses).
+	// Zero means DefaultMaxAge.
+	MaxAge time.Duration
 	// IdleTimeout removes idle containers above PoolSize; zero means
 	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
@@ -134,6 +139,9 @@ func (s *Sandbox) setDefaults() {
 	if s.MaxUses == 0 {
 		s.MaxUses = DefaultMaxUses
 	}
+	if s.MaxAge == 0 {
+		s.MaxAge = DefaultMaxAge
+	}
 	if s.IdleTimeout == 0 {
 		s.IdleTimeout = DefaultIdleTimeout
 	}
@@ -152,7 +160,7 @@ func (s *Sandbox) validate() error {
 		return fmt.Errorf("sandbox %q: pool size %d and max overflow %d must not be negative", s.Name, s.PoolSize, s.MaxOverflow)
 	case s.capacity() < 1:
 		return fmt.Errorf("sandbox %q: pool size plus max overflow must be at least 1", s.Name)
-	case s.MemoryBytes < 0 || s.NanoCPUs < 0 || s.PIDs < 0 || s.MaxUses < 0:
+	case s.MemoryBytes < 0 || s.NanoCPUs < 0 || s.PIDs < 0 || s.MaxUses < 0 || s.MaxAge < 0:
 		return fmt.Errorf("sandbox %q: resource limits must not be negative", s.Name)
 	}
 	for _, m := range s.Mounts {

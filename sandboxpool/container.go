@@ -43,7 +43,8 @@ type ctr struct {
 	// Guarded by Pool.mu.
 	state     state
 	uses      int
-	retiring  bool // on its last use; its slot already went to a replacement
+	born      time.Time // when it was created: MaxAge counts from it
+	retiring  bool      // on its last use; its slot already went to a replacement
 	idleSince time.Time
 	lastCheck time.Time
 }
@@ -178,7 +179,7 @@ func (p *Pool) spawn(ctx context.Context, sb *sandbox) (*ctr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create container for sandbox %q: %w", sb.cfg.Name, err)
 	}
-	c := &ctr{id: created.ID, name: name, sandbox: sb, stderr: &tailBuffer{max: 8 << 10}}
+	c := &ctr{id: created.ID, name: name, sandbox: sb, stderr: &tailBuffer{max: 8 << 10}, born: time.Now()}
 	fail := func(err error) (*ctr, error) {
 		p.remove(c)
 		if tail := strings.TrimSpace(c.stderr.String()); tail != "" {

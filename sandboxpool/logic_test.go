@@ -377,3 +377,51 @@ func TestLogicANilDockerMeansTheEngineTheEnvironmentNames(t *testing.T) {
 		t.Errorf("close: %v, want the sweep's error from the engine at DOCKER_HOST", err)
 	}
 }
+
+// TestLogicAContainerPastItsAgeIsReplaced: a container an hour old (DefaultMaxAge)
+// is replaced, idle as soon as nobody waits, its replacement warm before it goes; in
+// use, at its release.
+func TestLogicAContainerPastItsAgeIsReplaced(t *testing.T) {
+	t.Run("idle", func(t *testing.T) {
+		logic(t, func(t *testing.T) {
+			e := &engine{}
+			p := fakePool(t, e, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{fakeSandbox("s", 1, 0)}})
+			l := checkout(t, p, "s")
+			old := l.ContainerID()
+			l.Release()
+			time.Sleep(sandboxpool.DefaultMaxAge - time.Minute)
+			synctest.Wait()
+			if e.wasRemoved(old) || e.createCount() != 1 {
+				t.Fatalf("a container younger than its max age was replaced (%d made)", e.createCount())
+			}
+			settle(t, 2*time.Minute, "the old container to be replaced", func() bool { return e.wasRemoved(old) })
+			s := stats(p, "s")
+			if s.Retired[sandboxpool.RetireMaxAge] != 1 || s.Idle != 1 || s.Total != 1 || e.createCount() != 2 {
+				t.Fatalf("after its max age: %+v, %d made; want it retired for max_age and one new idle", s, e.createCount())
+			}
+			if l := checkout(t, p, "s"); l.ContainerID() == old {
+				t.Error("the checkout after the max age got the old container")
+			} else {
+				l.Release()
+			}
+		})
+	})
+	t.Run("in use", func(t *testing.T) {
+		logic(t, func(t *testing.T) {
+			e := &engine{}
+			p := fakePool(t, e, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{fakeSandbox("s", 1, 0)}})
+			l := checkout(t, p, "s")
+			old := l.ContainerID()
+			time.Sleep(sandboxpool.DefaultMaxAge + time.Minute)
+			synctest.Wait()
+			if e.wasRemoved(old) {
+				t.Fatal("a container in use was removed for its age")
+			}
+			l.Release()
+			settle(t, time.Minute, "a new container", func() bool { return stats(p, "s").Idle == 1 })
+			if s := stats(p, "s"); !e.wasRemoved(old) || s.Retired[sandboxpool.RetireMaxAge] != 1 {
+				t.Errorf("after its release past its max age: %+v; want it retired for max_age", s)
+			}
+		})
+	})
+}

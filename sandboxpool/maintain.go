@@ -9,7 +9,8 @@ import (
 // health. Replenishing also happens at once whenever a container goes.
 const maintainInterval = time.Second
 
-// maintain replenishes, culls idle overflow and health-checks idle containers.
+// maintain replenishes, culls idle overflow, replaces containers past MaxAge and
+// health-checks idle containers.
 func (p *Pool) maintain() {
 	defer p.wg.Done()
 	t := time.NewTicker(maintainInterval)
@@ -29,6 +30,7 @@ func (p *Pool) maintain() {
 			}
 			if now.Sub(sb.lastFail) > backoff {
 				p.refillLocked(sb)
+				p.ageOutLocked(sb, now)
 			}
 			for _, c := range append([]*ctr(nil), sb.idle...) {
 				if now.Sub(c.lastCheck) >= p.cfg.HealthInterval {

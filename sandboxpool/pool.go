@@ -1,6 +1,7 @@
 package sandboxpool
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
@@ -23,6 +24,7 @@ import (
 // Retirement reasons, as counted in Stats.
 const (
 	RetireMaxUses     = "max_uses"
+	RetireMaxAge      = "max_age"
 	RetireCrashed     = "crashed"
 	RetireOOM         = "oom"
 	RetireResetFailed = "reset_failed"
@@ -277,14 +279,35 @@ func (p *Pool) lendLocked(c *ctr) {
 	c.state = stateInUse
 	sb := c.sandbox
 	sb.inUse++
-	if c.uses+1 >= sb.cfg.MaxUses && !c.retiring {
-		// Its last use: hand its slot to a replacement that starts now, so that
-		// recycling never leaves the sandbox without a warm container.
-		c.retiring = true
-		sb.total--
-		sb.retiring++
-		p.refillLocked(sb)
+	if c.uses+1 >= sb.cfg.MaxUses {
+		p.wearOutLocked(c)
 	}
+}
+
+// wearOutLocked hands the slot of c, on its last use or past its age, to a
+// replacement that starts now, so that recycling never leaves the sandbox without a
+// warm container; c serves until the replacement is ready.
+func (p *Pool) wearOutLocked(c *ctr) {
+	if c.retiring {
+		return
+	}
+	sb := c.sandbox
+	c.retiring = true
+	sb.total--
+	sb.retiring++
+	p.refillLocked(sb)
+}
+
+// worn is why c must retire once a replacement is ready: it reached MaxUses or
+// MaxAge; "" when it has not.
+func (c *ctr) worn(now time.Time) string {
+	switch {
+	case c.uses >= c.sandbox.cfg.MaxUses:
+		return RetireMaxUses
+	case now.Sub(c.born) >= c.sandbox.cfg.MaxAge:
+		return RetireMaxAge
+	}
+	return ""
 }
 
 // offerLocked hands c to the first waiter or puts it in the idle queue; a worn-out
@@ -297,7 +320,7 @@ func (p *Pool) offerLocked(c *ctr) {
 		return
 	case c.retiring && (len(sb.idle) > 0 || sb.starting == 0):
 		// Back from its reset after its replacement became ready.
-		p.retireLocked(c, RetireMaxUses)
+		p.retireLocked(c, cmp.Or(c.worn(time.Now()), RetireMaxUses))
 		return
 	}
 	if front := sb.waiters.Front(); front != nil {
@@ -323,12 +346,29 @@ func (p *Pool) offerLocked(c *ctr) {
 	sb.idle = slices.Insert(sb.idle, i, c)
 }
 
-// retireWornLocked retires one idle container that is past MaxUses, now that a new
-// container has come to take its place.
+// retireWornLocked retires one idle container that is past MaxUses or MaxAge, now
+// that a new container has come to take its place.
 func (p *Pool) retireWornLocked(sb *sandbox) {
 	for _, c := range sb.idle {
 		if c.retiring {
-			p.retireLocked(c, RetireMaxUses)
+			p.retireLocked(c, cmp.Or(c.worn(time.Now()), RetireMaxUses))
+			return
+		}
+	}
+}
+
+// ageOutLocked starts the replacement of the idle containers of sb past MaxAge, one
+// at a time and only while nobody waits for the sandbox: an hour-old container can
+// serve a few seconds more, and a spawn costs the machine most when it is busiest.
+// Each then waits, lent last, for its replacement to be ready.
+func (p *Pool) ageOutLocked(sb *sandbox, now time.Time) {
+	if sb.waiters.Len() > 0 || sb.starting > 0 {
+		return
+	}
+	for i, c := range sb.idle {
+		if !c.retiring && c.worn(now) == RetireMaxAge {
+			p.wearOutLocked(c)
+			sb.idle = slices.Insert(slices.Delete(sb.idle, i, i+1), 0, c)
 			return
 		}
 	}
@@ -465,14 +505,15 @@ func (p *Pool) release(c *ctr, reason string, ran bool) {
 	}
 	c.uses++
 	sb := c.sandbox
+	worn := c.worn(time.Now())
 	switch {
 	case reason != "":
 	case p.closed:
 		reason = RetireClosing
-	case c.uses >= sb.cfg.MaxUses && (len(sb.idle) > 0 || sb.starting == 0):
-		reason = RetireMaxUses
-		// Otherwise it serves on, past MaxUses, until its replacement is ready: the
-		// sandbox is never left without a container because one wore out.
+	case worn != "" && (len(sb.idle) > 0 || sb.starting == 0):
+		reason = worn
+		// Otherwise it serves on, past MaxUses or MaxAge, until its replacement is
+		// ready: the sandbox is never left without a container because one wore out.
 	}
 	if reason != "" {
 		p.retireLocked(c, reason)

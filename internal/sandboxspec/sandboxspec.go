@@ -27,6 +27,7 @@ func Pool(spec *imagebuild.Spec, img imagebuild.Image) sandboxpool.Sandbox {
 		PoolSize:       spec.Pool.Size,
 		MaxOverflow:    spec.Pool.MaxOverflow,
 		MaxUses:        spec.Pool.MaxUses,
+		MaxAge:         spec.Pool.MaxAge,
 		IdleTimeout:    spec.Pool.IdleTimeout,
 		ReadyTimeout:   spec.Pool.ReadyTimeout,
 	}
