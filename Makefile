@@ -86,6 +86,7 @@ bench: base-image ## Measure latency, throughput, pool, memory and isolation sid
 	rm -rf $(BENCH_OUT) && mkdir -p $(BENCH_OUT)
 	$(BENCH) -bench 'AttachFloor|Isolation|Checkout' -benchtime 1000x ./sandboxpool/
 	$(BENCH) -bench 'Spawn' -benchtime 20x ./sandboxpool/
+	$(BENCH) -bench 'OneAgent' -benchtime 2000x ./worker/
 	$(BENCH) -bench 'EndToEnd' -benchtime 2000x ./worker/
 	$(BENCH) -bench 'AgentPace' -benchtime 1000x ./worker/
 	$(BENCH) -bench 'Throughput' -benchtime 2000x ./worker/

@@ -1,16 +1,12 @@
 package sandboxpool_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -27,23 +23,14 @@ import (
 // attach stream, with cat at the other end, 5 ms between lines as between the other
 // benchmarks' calls (back to back, it is faster: nothing on the way has gone idle).
 func BenchmarkAttachFloor(b *testing.B) {
-	raw := rawContainer(b, []string{"cat"})
-	r := bufio.NewReader(raw.r)
-	line := []byte("{\"type\":\"ping\"}\n")
+	floor := testenv.NewFloor(b, testImage(b))
 	var lat []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
 		time.Sleep(callGap)
 		b.StartTimer()
-		t0 := time.Now()
-		if _, err := raw.w.Write(line); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := r.ReadBytes('\n'); err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(t0))
+		lat = append(lat, floor.RoundTrip(b))
 	}
 	b.StopTimer()
 	testenv.ReportLatency(b, "", lat)
@@ -118,8 +105,8 @@ func BenchmarkIsolation(b *testing.B) {
 		})
 	}
 	b.Run("no-isolation", func(b *testing.B) {
-		raw := rawContainer(b, []string{"python3", "-u", "-c", noForkPeer})
-		conn := harness.NewConn(raw.r, raw.w, 0)
+		raw := testenv.RawContainer(b, testImage(b), []string{"python3", "-u", "-c", noForkPeer})
+		conn := harness.NewConn(raw.R, raw.W, 0)
 		b.Cleanup(func() { conn.Close() })
 		exe := harness.Executor{}
 		ctx := context.Background()
@@ -128,7 +115,7 @@ func BenchmarkIsolation(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		ids := map[string]bool{raw.id: true}
+		ids := map[string]bool{raw.ID: true}
 		before := containersCPU(b, ids)
 		lat := paced(b, func(i int) (*harness.Result, error) { return exe.Run(ctx, conn, req(i), nil) })
 		reportIsolation(b, lat, containersCPU(b, ids)-before)
@@ -183,49 +170,3 @@ func containersCPU(b *testing.B, ids map[string]bool) time.Duration {
 	return total
 }
 
-// attached is a container started with its stdin and stdout attached: r is its
-// stdout, demultiplexed as the pool does it, w its stdin.
-type attached struct {
-	id string
-	r  io.Reader
-	w  io.Writer
-}
-
-// rawContainer starts the sandbox image with cmd, hardened like the pool's containers
-// as far as the benchmark needs (no network), attached before start. It is removed at
-// cleanup.
-func rawContainer(b *testing.B, cmd []string) *attached {
-	b.Helper()
-	d := docker(b)
-	ctx := context.Background()
-	created, err := d.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{
-			Image: testImage(b), Entrypoint: cmd[:1], Cmd: cmd[1:],
-			OpenStdin: true, StdinOnce: false, AttachStdin: true, AttachStdout: true, AttachStderr: true,
-			Labels: map[string]string{sandboxpool.LabelManaged: "true", sandboxpool.LabelWorker: "bench-raw-" + strings.ReplaceAll(b.Name(), "/", "-")},
-		},
-		HostConfig: &container.HostConfig{NetworkMode: "none", LogConfig: container.LogConfig{Type: "none"}, Init: ptr(true)},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_, _ = d.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
-	})
-	att, err := d.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(att.Close)
-	pr, pw := io.Pipe()
-	go func() {
-		_, err := stdcopy.StdCopy(pw, io.Discard, att.Reader)
-		pw.CloseWithError(err)
-	}()
-	if _, err := d.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	return &attached{id: created.ID, r: pr, w: att.Conn}
-}
-
-func ptr[T any](v T) *T { return &v }

@@ -54,16 +54,15 @@ const trivial = "emit_result(1)"
 const callGap = 5 * time.Millisecond
 
 // BenchmarkEndToEnd runs with the default pool size (2), with containers recycled at
-// the default max uses (50) and never.
+// the default max uses and never.
 func BenchmarkEndToEnd(b *testing.B) {
 	b.Run("pool=2", func(b *testing.B) { endToEnd(b, 2, benchMaxUses, callGap) })
 	b.Run("pool=2-no-recycling", func(b *testing.B) { endToEnd(b, 2, 1<<30, callGap) })
 }
 
 // BenchmarkAgentPace is BenchmarkEndToEnd's default recycling with more time between
-// one agent's calls. A container is replaced after 50 uses, so the agent's pace sets
-// how often a spawn (~0.4 s of the machine's CPU) runs beside its calls: every half
-// second at 5 ms between calls, every 5 s at 100 ms.
+// one agent's calls. A container is replaced after max uses, so the agent's pace
+// sets how often a spawn (~0.4 s of the machine's CPU) runs beside its calls.
 func BenchmarkAgentPace(b *testing.B) {
 	for _, gap := range []time.Duration{25 * time.Millisecond, 100 * time.Millisecond} {
 		b.Run(fmt.Sprintf("gap=%v", gap), func(b *testing.B) { endToEnd(b, 2, benchMaxUses, gap) })
@@ -94,14 +93,14 @@ func endToEnd(b *testing.B, pool, maxUses int, gap time.Duration) {
 
 // BenchmarkThroughput runs agents that each submit the trivial job and wait for its
 // result, back to back, against one worker with a pool of 4, with containers never
-// recycled; the last sub-benchmark has 8 agents and the default recycling (max uses
-// 50), to show what recycling costs at this rate. Jobs that fail are counted, not
+// recycled; the last sub-benchmark has 8 agents and the default recycling, to show
+// what recycling costs at this rate. Jobs that fail are counted, not
 // fatal, and reported as errors.
 func BenchmarkThroughput(b *testing.B) {
 	for _, agents := range []int{1, 2, 4, 8, 16} {
 		b.Run(fmt.Sprintf("agents=%d", agents), func(b *testing.B) { throughput(b, agents, 1<<30) })
 	}
-	b.Run("agents=8-recycling-50", func(b *testing.B) { throughput(b, 8, benchMaxUses) })
+	b.Run("agents=8-default-recycling", func(b *testing.B) { throughput(b, 8, benchMaxUses) })
 }
 
 func throughput(b *testing.B, agents, maxUses int) {
