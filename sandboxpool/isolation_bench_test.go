@@ -169,4 +169,3 @@ func containersCPU(b *testing.B, ids map[string]bool) time.Duration {
 	}
 	return total
 }
-
