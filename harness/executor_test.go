@@ -18,7 +18,7 @@ import (
 
 func TestHarnessAnnouncesLoadedToolsAndToolErrors(t *testing.T) {
 	h := startHarness(t, map[string]string{
-		"math_tools.py": "import os\nfrom os.path import join\ndef add(a, b):\n    return a + b\ndef _private():\n    pass\n",
+		"math_tools.py": "import os\nfrom os.path import join\ndef add(a: int, b: int = 2) -> int:\n    \"\"\"Adds b to a.\"\"\"\n    return a + b\ndef _private():\n    pass\n",
 		"broken.py":     "raise ValueError('tool is broken')\n",
 	})
 	if h.Ready.Version != Version {
@@ -26,6 +26,9 @@ func TestHarnessAnnouncesLoadedToolsAndToolErrors(t *testing.T) {
 	}
 	if !slices.Equal(h.Ready.Tools, []string{"add"}) {
 		t.Errorf("tools = %v, want only [add] (no imports, no private names)", h.Ready.Tools)
+	}
+	if want := []ToolSpec{{Name: "add", Signature: "(a: int, b: int = 2) -> int", Doc: "Adds b to a."}}; !slices.Equal(h.Ready.ToolSpecs, want) {
+		t.Errorf("tool specs = %+v, want %+v", h.Ready.ToolSpecs, want)
 	}
 	if len(h.Ready.ToolErrors) != 1 || h.Ready.ToolErrors[0].File != "broken.py" ||
 		!strings.Contains(h.Ready.ToolErrors[0].Traceback, "tool is broken") {

@@ -138,12 +138,19 @@ func (ev *Event) IsFile() bool {
 
 // Ready is the harness's first event: what it loaded.
 type Ready struct {
-	Version    string      `json:"version"`
-	Python     string      `json:"python"`
-	PID        int         `json:"pid"`
-	Tools      []string    `json:"tools"`
+	Version string   `json:"version"`
+	Python  string   `json:"python"`
+	PID     int      `json:"pid"`
+	Tools   []string `json:"tools"`
+	// ToolSpecs describe the tools, sorted by name: signature, docstring, async.
+	// A harness of before they were announced sends none.
+	ToolSpecs  []ToolSpec  `json:"tool_specs"`
 	ToolErrors []ToolError `json:"tool_errors"`
 }
+
+// ToolSpec is one tool as the ready event describes it: wire's, which the
+// sandbox catalog publishes as it is (one definition).
+type ToolSpec = wire.ToolSpec
 
 // ToolError is a tool file that failed to load.
 type ToolError struct {

@@ -36,6 +36,7 @@ const (
 //	  /app/data: /srv/host/data
 //	sandboxes:
 //	  default:                        # name: ^[A-Za-z0-9_-]{1,64}$
+//	    description: ""               # what it is for, told to agents (the sandbox catalog)
 //	    base_image: jazzmine-python-base:bookworm   # the default when empty
 //	    tools: [tools/*.py]           # *.py files or globs; a glob that matches nothing is an error
 //	    requirements: []              # pip requirement strings
@@ -73,6 +74,9 @@ type Config struct {
 type Spec struct {
 	// Name is the sandbox's name, matching ^[A-Za-z0-9_-]{1,64}$.
 	Name string
+	// Description says what the sandbox is for, to the agents that read the fleet's
+	// sandbox catalog (wire.SandboxInfo); at most 1024 bytes. It is not in the image.
+	Description string
 	// BaseImage is the image to build from; DefaultBaseImage when empty in the file.
 	BaseImage string
 	// Tools are the tool files copied to /tools, sorted by name, read when the
@@ -301,6 +305,7 @@ type fileYAML struct {
 }
 
 type specYAML struct {
+	Description  string            `yaml:"description"`
 	BaseImage    string            `yaml:"base_image"`
 	Tools        []string          `yaml:"tools"`
 	Requirements []string          `yaml:"requirements"`

@@ -80,6 +80,7 @@ host_path_map: {/app/data: /srv/host/data}
 sandboxes:
   zeta: {}
   alpha:
+    description: "Stripe lookups"
     base_image: example/base:1
     tools: [tools/*.py, extra/b.py]
     requirements: ["mypkg==0.1"]
@@ -116,6 +117,9 @@ sandboxes:
 	if s.Wheelhouse != filepath.Join(cfg.Dir, "wheels") || len(s.Wheels) != 1 || s.Wheels[0].Name != "mypkg-0.1.whl" ||
 		s.Wheels[0].SHA256 != sha256Hex("wheel") || s.Wheels[0].Size != 5 {
 		t.Errorf("wheelhouse %q, wheels %+v", s.Wheelhouse, s.Wheels)
+	}
+	if s.Description != "Stripe lookups" {
+		t.Errorf("description %q", s.Description)
 	}
 	if s.Env["LEVEL"] != "3" || s.Env["JAZZMINE_PRELOAD"] != "json,csv" || s.Runtime != "runsc" || s.BaseImage != "example/base:1" {
 		t.Errorf("env %v, runtime %q, base %q", s.Env, s.Runtime, s.BaseImage)
@@ -173,6 +177,7 @@ func TestInvalidConfigs(t *testing.T) {
 		{"an unknown pool field names the field and its line", "sandboxes:\n  default:\n    pool:\n      sizee: 3\n", []string{"line 4", `unknown field "sizee" in pool`}},
 		{"a sandbox name with a dot is refused", "sandboxes: {a.b: {}}\n", []string{`sandbox "a.b"`, "name must match"}},
 		{"a sandbox name longer than 64 is refused", "sandboxes: {" + strings.Repeat("x", 65) + ": {}}\n", []string{"name must match"}},
+		{"a description over 1024 bytes is an error", "sandboxes: {default: {description: " + strings.Repeat("d", 1025) + "}}\n", []string{"description: 1025 bytes, at most 1024"}},
 		{"a tool glob that matches nothing is an error", "sandboxes: {default: {tools: [nope/*.py]}}\n", []string{`sandbox "default"`, `tools: "nope/*.py" matches no file`}},
 		{"a missing tool file is an error", "sandboxes: {default: {tools: [tools/b.py]}}\n", []string{`"tools/b.py" matches no file`}},
 		{"a tool directory is an error", "sandboxes: {default: {tools: [tools]}}\n", []string{"is a directory"}},

@@ -34,6 +34,9 @@ var (
 // once, before it forks any script). Every other JAZZMINE_* name is the harness's own.
 var harnessSettings = map[string]bool{"JAZZMINE_PRELOAD": true}
 
+// maxDescription bounds a sandbox's description, which every catalog entry carries.
+const maxDescription = 1024
+
 // reservedTargets are container paths a mount may neither replace nor sit under:
 // the image's own directories, the tmpfs mounts the harness wipes, and the kernel's.
 var reservedTargets = []string{WorkspaceDir, TmpDir, ToolsDir, filepath.Dir(HarnessPath), "/proc", "/sys", "/dev"}
@@ -52,12 +55,16 @@ func resolveSpec(name string, in *specYAML, dir string) (*Spec, []error) {
 	}
 	s := &Spec{
 		Name:         name,
+		Description:  in.Description,
 		BaseImage:    in.BaseImage,
 		Requirements: in.Requirements,
 		Secrets:      in.Secrets,
 		Env:          in.Env,
 		Runtime:      in.Runtime,
 		Network:      Network{AllowedHosts: in.Network.AllowedHosts},
+	}
+	if len(s.Description) > maxDescription {
+		bad("description: %d bytes, at most %d are allowed", len(s.Description), maxDescription)
 	}
 	if s.BaseImage == "" {
 		s.BaseImage = DefaultBaseImage

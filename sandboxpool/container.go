@@ -39,6 +39,7 @@ type ctr struct {
 	conn    *harness.Conn
 	attach  client.HijackedResponse
 	stderr  *tailBuffer
+	ready   harness.Ready // what its harness said it loaded
 
 	// Guarded by Pool.mu.
 	state     state
@@ -210,7 +211,7 @@ func (p *Pool) spawn(ctx context.Context, sb *sandbox) (*ctr, error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, sb.cfg.ReadyTimeout)
 	defer cancel()
-	if _, err := c.conn.WaitReady(rctx); err != nil {
+	if c.ready, err = c.conn.WaitReady(rctx); err != nil {
 		return fail(fmt.Errorf("container %s of sandbox %q sent no ready line within %v: %w", c.shortID(), sb.cfg.Name, sb.cfg.ReadyTimeout, err))
 	}
 	return c, nil

@@ -53,6 +53,8 @@ type Pool struct {
 	sandboxes map[string]*sandbox
 	all       map[string]*ctr // every live container by id
 	closed    bool
+	// readyChanged is closed, and replaced, when a sandbox's ready changes (ready.go).
+	readyChanged chan struct{}
 
 	// deadSince is when the reaper first found each worker dead, in a run of checks
 	// that all found it so (see Config.ReapGrace). Only ReapOrphans uses it.
@@ -77,8 +79,9 @@ type sandbox struct {
 	retiring int        // containers on their last use, whose slots went to replacements
 	starting int
 	inUse    int
-	stats    SandboxStats // counters
-	lastFail time.Time    // of a spawn, for backing off replenishment
+	stats    SandboxStats   // counters
+	lastFail time.Time      // of a spawn, for backing off replenishment
+	ready    *harness.Ready // of its newest container; nil until one was ready
 }
 
 type waiter struct {
@@ -122,7 +125,7 @@ func New(cfg Config) (*Pool, error) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	p := &Pool{tracer: tp.Tracer("github.com/jazzmine/worker/sandboxpool"), cfg: cfg, log: cfg.Logger, exe: cfg.Executor, sandboxes: map[string]*sandbox{}, all: map[string]*ctr{}, stopLoop: make(chan struct{}), ownDocker: own}
+	p := &Pool{tracer: tp.Tracer("github.com/jazzmine/worker/sandboxpool"), cfg: cfg, log: cfg.Logger, exe: cfg.Executor, sandboxes: map[string]*sandbox{}, all: map[string]*ctr{}, stopLoop: make(chan struct{}), ownDocker: own, readyChanged: make(chan struct{})}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
@@ -415,6 +418,7 @@ func (p *Pool) spawnLocked(sb *sandbox, parent trace.SpanContext, done func(erro
 			}
 		} else {
 			sb.stats.Spawned++
+			p.setReadyLocked(sb, c.ready)
 			c.lastCheck = time.Now()
 			p.all[c.id] = c
 			p.offerLocked(c)

@@ -461,3 +461,50 @@ func TestAnIdleContainerThatStopsAnsweringIsReplaced(t *testing.T) {
 		return s.Retired[sandboxpool.RetireUnhealthy] >= 1 && s.Idle == 1 && len(ids) == 1 && ids[0] != before[0]
 	})
 }
+
+// TestReadySaysWhatTheSandboxLoaded: once a container is ready, the pool tells what its
+// harness loaded (the example tools with their signatures and docstrings), and wakes
+// whoever waited for it; before that, and for a sandbox it lacks, it knows nothing.
+func TestReadySaysWhatTheSandboxLoaded(t *testing.T) {
+	workerID := fmt.Sprintf("test-ready-%d", time.Now().UnixNano())
+	p, err := sandboxpool.New(sandboxpool.Config{Docker: docker(t), WorkerID: workerID, Sandboxes: []sandboxpool.Sandbox{sandbox(t, "tools", 1, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Errorf("close pool: %v", err)
+		}
+	})
+	changed := p.ReadyChanged()
+	if _, ok := p.Ready("tools"); ok {
+		t.Fatal("Ready before any container started")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	default:
+		t.Error("ReadyChanged's channel is still open after the first container became ready")
+	}
+	r, ok := p.Ready("tools")
+	if !ok || r.Version != harness.Version || r.Python == "" {
+		t.Fatalf("Ready = %+v, %v", r, ok)
+	}
+	want := harness.ToolSpec{Name: "top_words", Signature: "(text: str, n: int = 3) -> list[dict]",
+		Doc: "Returns the n most frequent words of text (lower-cased) with their counts."}
+	if !slices.Contains(r.ToolSpecs, want) {
+		t.Errorf("tool specs %+v lack %+v", r.ToolSpecs, want)
+	}
+	if i := slices.IndexFunc(r.ToolSpecs, func(s harness.ToolSpec) bool { return s.Name == "fetch_profile" }); i < 0 || !r.ToolSpecs[i].Async {
+		t.Errorf("tool specs %+v lack the async fetch_profile", r.ToolSpecs)
+	}
+	if _, ok := p.Ready("nope"); ok {
+		t.Error("Ready of a sandbox the pool does not have")
+	}
+}

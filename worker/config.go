@@ -81,6 +81,11 @@ type Sandbox struct {
 	// MaxSessions caps the sessions of the sandbox this worker holds at once; zero
 	// means DefaultSandboxSessions. Each holds a container of the pool.
 	MaxSessions int
+	// Info is what the fleet's sandbox catalog (wire.SandboxesBucket) says of the
+	// sandbox besides what its containers loaded: its description, limits, packages
+	// and allowed hosts. The worker fills in the name, the tools, Python, the default
+	// timeout (when TimeoutSec is zero), its id and the time.
+	Info wire.SandboxInfo
 }
 
 // Config configures a Worker. Dependencies are required unless said otherwise.

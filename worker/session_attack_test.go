@@ -107,7 +107,7 @@ func twoSandboxes(t *testing.T, nc *nats.Conn, tweak func(*worker.Config)) {
 			c.Sandboxes = append(c.Sandboxes, second)
 		},
 		Worker: func(c *worker.Config) {
-			c.Sandboxes = append(c.Sandboxes, sandboxspec.Worker(second))
+			c.Sandboxes = append(c.Sandboxes, sandboxspec.Worker(second, nil))
 			if tweak != nil {
 				tweak(c)
 			}

@@ -76,6 +76,7 @@ func (w *Worker) ensureBuckets(ctx context.Context) error {
 		{Bucket: BucketCancels, Description: "cancelled jazzmine executions", TTL: c.EventsMaxAge},
 		{Bucket: BucketFleet, Description: "jazzmine workers of this fleet, alive or dead", TTL: FleetMemory},
 		{Bucket: BucketSessions, Description: "jazzmine sessions: their worker, or why they ended", TTL: c.SessionMaxLife + c.EventsMaxAge},
+		{Bucket: wire.SandboxesBucket, Description: "jazzmine sandboxes the fleet serves: their tools and limits", TTL: SandboxesTTL},
 	} {
 		b.Replicas, b.History = c.Replicas, 1
 		kv, err := w.js.CreateOrUpdateKeyValue(ctx, b)
@@ -91,6 +92,8 @@ func (w *Worker) ensureBuckets(ctx context.Context) error {
 			w.live.fleet = kv
 		case BucketSessions:
 			w.sessions.kv = kv
+		case wire.SandboxesBucket:
+			w.catalog.kv = kv
 		}
 	}
 	return nil

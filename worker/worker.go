@@ -38,6 +38,7 @@ type Worker struct {
 	bg       *background // cancels', triage's and replays' work (background.go)
 	files    *files      // wire.FilesBucket: input files and artifacts (files.go)
 	sessions *sessions   // StreamSessions, BucketSessions: sessions (session.go)
+	catalog  *catalog    // wire.SandboxesBucket: the sandbox catalog (catalog.go)
 
 	mu      sync.Mutex // guards stopped
 	stopped bool
@@ -75,6 +76,7 @@ func New(cfg Config) (*Worker, error) {
 	w.replays = newReplayer(cfg.NATS, w.events, w.bg, cfg.Logger)
 	w.triage = newTriage(js, cfg.Sandboxes, w.events, w.bg, cfg.Logger)
 	w.live = &liveness{id: cfg.WorkerID, ttl: cfg.LivenessTTL, log: cfg.Logger}
+	w.catalog = &catalog{pool: cfg.Pool, sandboxes: cfg.Sandboxes, workerID: cfg.WorkerID, timeout: cfg.DefaultTimeout, log: cfg.Logger}
 	w.pulling, w.stopPulling = context.WithCancel(context.Background())
 	return w, nil
 }
@@ -104,6 +106,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.bg.start() // what the subscriptions queued meanwhile waits for it
 	w.live.keep(w.pulling)
+	w.catalog.keep(w.pulling)
 	w.producer.start(w.pulling)
 	w.sessions.start(w.pulling)
 	w.log.Info("worker started", "sandboxes", len(w.cfg.Sandboxes))
@@ -171,6 +174,7 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	w.proc.stop()
 	w.unsubscribe()
 	w.bg.close()
+	w.catalog.stop()
 	if w.tel.reg != nil {
 		_ = w.tel.reg.Unregister()
 	}

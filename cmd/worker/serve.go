@@ -192,7 +192,7 @@ func (m *member) run(ctx context.Context, warm chan struct{}) error {
 	for _, name := range m.cfg.Names() {
 		sb := sandboxspec.Pool(m.cfg.Sandboxes[name], m.images[name])
 		poolCfg.Sandboxes = append(poolCfg.Sandboxes, sb)
-		wcfg.Sandboxes = append(wcfg.Sandboxes, sandboxspec.Worker(sb))
+		wcfg.Sandboxes = append(wcfg.Sandboxes, sandboxspec.Worker(sb, m.cfg.Sandboxes[name]))
 	}
 	if err := setUpEgress(ctx, m.docker, m.builder, m.cfg, poolCfg.Sandboxes, m.log); err != nil {
 		return err

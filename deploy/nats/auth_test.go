@@ -148,6 +148,8 @@ func TestAnAgentMaySubmitCancelAndReadButNothingElse(t *testing.T) {
 	if _, err := workers.Get(ctx, wid); err != nil {
 		t.Errorf("the worker's liveness key: %v", err)
 	}
+	// A forged catalog entry would tell other agents' models what to call.
+	refused("put a sandbox's catalog entry", "$KV."+wire.SandboxesBucket+".default", nil)
 
 	sctx, scancel = short()
 	if err := ajs.DeleteStream(sctx, wire.StreamExec); err == nil {

@@ -8,7 +8,7 @@ _PROFILES = {
 }
 
 
-async def fetch_profile(user_id):
+async def fetch_profile(user_id: int) -> dict:
     """Returns the profile of user_id (a pretend remote lookup)."""
     await asyncio.sleep(0.01)
     profile = _PROFILES.get(int(user_id), {"name": "unknown", "plan": "none"})

@@ -3,7 +3,7 @@
 import statistics
 
 
-def summarize(values):
+def summarize(values: list[float]) -> dict:
     """Returns count, mean, median, stdev (0 for fewer than two values), min and max."""
     values = [float(v) for v in values]
     if not values:

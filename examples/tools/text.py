@@ -5,12 +5,12 @@ import re
 _WORD = re.compile(r"[\w']+")
 
 
-def word_count(text):
+def word_count(text: str) -> int:
     """Returns the number of words in text."""
     return len(_WORD.findall(text))
 
 
-def top_words(text, n=3):
+def top_words(text: str, n: int = 3) -> list[dict]:
     """Returns the n most frequent words of text (lower-cased) with their counts."""
     counts = {}
     for word in _WORD.findall(text.lower()):

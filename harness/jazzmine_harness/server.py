@@ -21,7 +21,7 @@ from .limits import Limits, OomCounter, Retire
 from .run import HARD_KILL_GRACE, Run
 from .scratch import Scratch, SysvIpc
 from .session import Session
-from .tools import load_tools, preload
+from .tools import load_tools, preload, tool_specs
 from .zygote import Child, Zygote
 
 # Longest wait, on reset, for the next child to finish warming up.
@@ -87,6 +87,8 @@ class Harness:
         self.zygote = Zygote(self.tools)
         self.limits, self.zygote_limits = Limits(os.getpid()), Limits(self.zygote.pid)
         self.warm = self._fork()
+        # The specs are made after the zygote was forked: nothing of them is in what the
+        # children start from.
         self.out.send(
             {
                 "type": p.READY,
@@ -94,6 +96,7 @@ class Harness:
                 "python": sys.version.split()[0],
                 "pid": os.getpid(),
                 "tools": sorted(self.tools),
+                "tool_specs": tool_specs(self.tools),
                 "tool_errors": self.tool_errors,
             }
         )

@@ -4,8 +4,11 @@
 package sandboxspec
 
 import (
+	"cmp"
+
 	"github.com/jazzmine/worker/imagebuild"
 	"github.com/jazzmine/worker/sandboxpool"
+	"github.com/jazzmine/worker/wire"
 	"github.com/jazzmine/worker/worker"
 )
 
@@ -37,8 +40,19 @@ func Pool(spec *imagebuild.Spec, img imagebuild.Image) sandboxpool.Sandbox {
 	return sb
 }
 
-// Worker is what the worker needs of a pool sandbox: its slots are its capacity, and
-// its workspace bounds a job's input files.
-func Worker(sb sandboxpool.Sandbox) worker.Sandbox {
-	return worker.Sandbox{Name: sb.Name, Slots: sb.PoolSize + sb.MaxOverflow, MaxInputBytes: sb.WorkspaceBytes}
+// Worker is what the worker needs of a pool sandbox: its slots are its capacity, its
+// workspace bounds a job's input files, and what the sandbox catalog says of it (its
+// limits and, from spec when it is not nil, its description, packages and allowed
+// hosts; its tools come from its containers).
+func Worker(sb sandboxpool.Sandbox, spec *imagebuild.Spec) worker.Sandbox {
+	info := wire.SandboxInfo{
+		Sandbox:     sb.Name,
+		MemoryMB:    cmp.Or(sb.MemoryBytes, sandboxpool.DefaultMemoryBytes) >> 20,
+		CPUs:        float64(cmp.Or(sb.NanoCPUs, sandboxpool.DefaultNanoCPUs)) / 1e9,
+		WorkspaceMB: cmp.Or(sb.WorkspaceBytes, sandboxpool.DefaultTmpfsBytes) >> 20,
+	}
+	if spec != nil {
+		info.Description, info.Packages, info.AllowedHosts = spec.Description, spec.Requirements, spec.Network.AllowedHosts
+	}
+	return worker.Sandbox{Name: sb.Name, Slots: sb.PoolSize + sb.MaxOverflow, MaxInputBytes: sb.WorkspaceBytes, Info: info}
 }

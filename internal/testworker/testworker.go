@@ -4,6 +4,7 @@
 package testworker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jazzmine/worker/imagebuild"
 	"github.com/jazzmine/worker/internal/sandboxspec"
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/sandboxpool"
@@ -59,7 +61,7 @@ func Start(t testing.TB, nc *nats.Conn, o Options) (*worker.Worker, *sandboxpool
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := worker.Config{NATS: nc, Pool: pool, WorkerID: id, Sandboxes: []worker.Sandbox{sandboxspec.Worker(sb)}}
+	cfg := worker.Config{NATS: nc, Pool: pool, WorkerID: id, Sandboxes: []worker.Sandbox{sandboxspec.Worker(sb, o.spec(t))}}
 	if o.Worker != nil {
 		o.Worker(&cfg)
 	}
@@ -88,6 +90,11 @@ func Start(t testing.TB, nc *nats.Conn, o Options) (*worker.Worker, *sandboxpool
 		}
 	}
 	return w, pool
+}
+
+// spec is the example config's sandbox the options run: Spec, or "default".
+func (o *Options) spec(t testing.TB) *imagebuild.Spec {
+	return testenv.ExampleConfig(t).Sandboxes[cmp.Or(o.Spec, "default")]
 }
 
 // sandbox is the pool sandbox the options describe, its image built.

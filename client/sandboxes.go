@@ -1,0 +1,60 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/wire"
+)
+
+// SandboxInfo is one sandbox of the fleet's catalog: its tools with their
+// signatures and docstrings, and its limits (see [wire.SandboxInfo]).
+type SandboxInfo = wire.SandboxInfo
+
+// Sandboxes returns the sandboxes the fleet serves, sorted by name, as the workers
+// describe them in the catalog bucket [wire.SandboxesBucket]. A worker puts its
+// sandboxes there once their first container is ready, so a sandbox still warming
+// up is not listed yet; one no worker serves any more leaves it within an hour. An
+// entry that cannot be decoded is logged and left out.
+//
+// The error wraps [ErrNoStream] when no worker has created the bucket. On a fleet
+// with tenant accounts the bucket is in the fleet's account, out of an agent's reach.
+func (c *Client) Sandboxes(ctx context.Context) ([]SandboxInfo, error) {
+	kv, err := c.js.KeyValue(ctx, wire.SandboxesBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, errorf(ErrNoStream, "key-value bucket %s not found: is a jazzmine worker running against this NATS server? (%w)", wire.SandboxesBucket, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox catalog %s: %w", wire.SandboxesBucket, err)
+	}
+	keys, err := kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list the sandbox catalog: %w", err)
+	}
+	slices.Sort(keys)
+	var out []SandboxInfo
+	for _, key := range slices.Compact(keys) {
+		entry, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue // expired meanwhile
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read sandbox %q of the catalog: %w", key, err)
+		}
+		var info SandboxInfo
+		if err := json.Unmarshal(entry.Value(), &info); err != nil {
+			c.log.Warn("jazzmine client: skipped a sandbox catalog entry that cannot be decoded", "key", key, "error", err)
+			continue
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
