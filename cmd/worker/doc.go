@@ -1,3 +1,3 @@
-// Command worker is the one binary of jazzmine worker: serve, submit, build,
+// Command worker is the one binary of jazzmine worker: serve, submit, mcp, build,
 // proxy, nats-auth, nkey and version subcommands.
 package main

@@ -57,6 +57,7 @@ const usage = `worker: the jazzmine execution worker
 Usage:
   worker serve   [--config FILE] [flags]   run the worker (embedded NATS unless NATS_URL is set)
   worker submit  [flags] (-e SCRIPT | FILE | -)  submit a job and stream its events
+  worker mcp     [--http ADDR] [flags]     serve the fleet as MCP tools (run_python...), over stdio or HTTP
   worker build   [--config FILE]           build the sandbox images and exit
   worker proxy   [--config-json JSON]      run the egress proxy (config also from JAZZMINE_PROXY_CONFIG)
   worker nats-auth --worker KEY --tenant NAME=KEY...  print the NATS server's roles and tenants
@@ -78,6 +79,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return serve(ctx, args[1:], getenv, stderr)
 	case "submit":
 		return submit(ctx, args[1:], getenv, stdin, stdout, stderr)
+	case "mcp":
+		return mcpCommand(ctx, args[1:], getenv, stdin, stdout, stderr)
 	case "build":
 		return build(ctx, args[1:], stderr)
 	case "proxy":

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jazzmine/worker/client"
+	"github.com/jazzmine/worker/wire"
+)
+
+// runInput is what run_python takes.
+type runInput struct {
+	Script     string      `json:"script" jsonschema:"the Python 3 source to run; emit_result(data) gives the call's result"`
+	Sandbox    string      `json:"sandbox,omitempty" jsonschema:"the sandbox to run in (list_sandboxes); the server's default when left out; ignored with session_id"`
+	TimeoutSec float64     `json:"timeout_sec,omitempty" jsonschema:"seconds the script may run; the server's timeout when left out, and at most that"`
+	Files      []inputFile `json:"files,omitempty" jsonschema:"files written into the workspace (the working directory) before the script runs"`
+	SessionID  string      `json:"session_id,omitempty" jsonschema:"run in this session of the conversation (open_session), which keeps its state between calls"`
+}
+
+// inputFile is one of run_python's files.
+type inputFile struct {
+	Path   string `json:"path" jsonschema:"where the file goes, relative to the workspace, e.g. data/sales.csv"`
+	Text   string `json:"text,omitempty" jsonschema:"the file's content as text (UTF-8)"`
+	Base64 string `json:"base64,omitempty" jsonschema:"the file's content in base64, for binary files; instead of text"`
+}
+
+// runOutput is what run_python returns as structured content; its text content says
+// the same for a model.
+type runOutput struct {
+	ExecutionID   string         `json:"execution_id" jsonschema:"the execution's id on the fleet"`
+	Success       bool           `json:"success" jsonschema:"the script ran to its end without an error"`
+	Result        any            `json:"result,omitempty" jsonschema:"what the script gave emit_result"`
+	Stdout        string         `json:"stdout,omitempty"`
+	Stderr        string         `json:"stderr,omitempty"`
+	ErrorKind     string         `json:"error_kind,omitempty" jsonschema:"script, timeout, output_limit, crashed, oom, cancelled, session_lost..."`
+	Error         string         `json:"error,omitempty"`
+	Traceback     string         `json:"traceback,omitempty"`
+	Intermediates []intermediate `json:"intermediates,omitempty"`
+	Logs          []logLine      `json:"logs,omitempty"`
+	Displays      []displayOut   `json:"displays,omitempty" jsonschema:"what the script displayed; images come as image content"`
+	Artifacts     []fileOut      `json:"artifacts,omitempty" jsonschema:"the files the script left in out/; small ones come as embedded resources"`
+	DurationMS    int64          `json:"duration_ms"`
+	SessionID     string         `json:"session_id,omitempty"`
+}
+
+// intermediate is what a script gave emit_intermediate.
+type intermediate struct {
+	Label string `json:"label"`
+	Data  any    `json:"data,omitempty"`
+}
+
+// logLine is what a script gave emit_log.
+type logLine struct {
+	Level   string `json:"level"`
+	Message string `json:"message"`
+}
+
+// displayOut is what a script displayed.
+type displayOut struct {
+	Data  map[string]string `json:"data" jsonschema:"the object's text forms by MIME type (text/plain, text/html...)"`
+	Image *fileOut          `json:"image,omitempty"`
+}
+
+// fileOut is a file of the execution: a display's image, or an artifact.
+type fileOut struct {
+	Path        string `json:"path"`
+	ContentType string `json:"content_type"`
+	Size        int64  `json:"size"`
+	Object      string `json:"object" jsonschema:"its object in the fleet's JAZZMINE_FILES bucket"`
+	Included    bool   `json:"included" jsonschema:"its content is in the result's content"`
+}
+
+// runPython runs a script on the fleet and returns its outcome. Its events are sent
+// as progress notifications while it runs, when the request has a progress token; a
+// cancel from the client (ctx) cancels the execution.
+func (s *mcpServer) runPython(ctx context.Context, req *mcp.CallToolRequest, in runInput) (*mcp.CallToolResult, runOutput, error) {
+	job, sess, err := s.job(ctx, req, in)
+	if err != nil {
+		return nil, runOutput{}, err
+	}
+	var exe *client.Execution
+	if sess != nil {
+		exe, err = sess.Submit(ctx, job)
+	} else {
+		exe, err = s.c.Submit(ctx, job)
+	}
+	if err != nil {
+		return nil, runOutput{}, err
+	}
+	defer exe.Close()
+	p := &progress{ss: req.Session, token: req.Params.GetProgressToken()}
+	res, err := follow(ctx, exe, p)
+	if ctx.Err() != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), client.DefaultCancelTimeout)
+		defer cancel()
+		if cerr := exe.Cancel(cctx); cerr != nil {
+			s.log.Warn("cancel an execution the MCP client cancelled", "execution_id", exe.ID, "err", cerr)
+		}
+		return nil, runOutput{}, fmt.Errorf("execution %s cancelled: %w", exe.ID, ctx.Err())
+	}
+	if err != nil {
+		return nil, runOutput{}, err
+	}
+	if sess != nil && res.ErrorKind == wire.KindSessionLost {
+		s.convs.forget(req.Session, sess) // open_session opens a new one
+	}
+	out := outputOf(res)
+	out.SessionID = in.SessionID
+	return s.content(ctx, res, &out), out, nil
+}
+
+// job makes the job of a run_python call, and finds its session, if it names one.
+func (s *mcpServer) job(ctx context.Context, req *mcp.CallToolRequest, in runInput) (wire.Job, *client.Session, error) {
+	job := wire.Job{Script: in.Script, Mode: wire.ModeInteractive, Sandbox: in.Sandbox, TimeoutSec: s.timeout.Seconds()}
+	if in.TimeoutSec < 0 {
+		return job, nil, fmt.Errorf("timeout_sec %v is negative", in.TimeoutSec)
+	}
+	if in.TimeoutSec > 0 {
+		job.TimeoutSec = min(in.TimeoutSec, job.TimeoutSec)
+	}
+	if job.Sandbox == "" {
+		job.Sandbox = s.sandbox
+	}
+	var sess *client.Session
+	if in.SessionID != "" {
+		var err error
+		if sess, err = s.convs.lookup(req.Session, in.SessionID); err != nil {
+			return job, nil, err
+		}
+		job.Sandbox = sess.Sandbox
+	}
+	for _, f := range in.Files {
+		file, err := s.inputFile(ctx, f)
+		if err != nil {
+			return job, nil, err
+		}
+		job.Files = append(job.Files, file)
+	}
+	return job, sess, nil
+}
+
+// inputFile makes the job's file of f: inline when small, else put in the files
+// bucket first.
+func (s *mcpServer) inputFile(ctx context.Context, f inputFile) (wire.File, error) {
+	if err := wire.ValidatePath("files: path", f.Path); err != nil {
+		return wire.File{}, err
+	}
+	data := []byte(f.Text)
+	if f.Base64 != "" {
+		if f.Text != "" {
+			return wire.File{}, fmt.Errorf("file %s: give text or base64, not both", f.Path)
+		}
+		var err error
+		if data, err = base64.StdEncoding.DecodeString(f.Base64); err != nil {
+			return wire.File{}, fmt.Errorf("file %s: base64: %w", f.Path, err)
+		}
+	}
+	file := wire.File{Path: f.Path}
+	if len(data) <= client.InlineLimit {
+		file.Data = data
+		return file, nil
+	}
+	file.Object = "uploads/" + client.NewExecutionID() + "/" + path.Base(f.Path)
+	return file, s.c.PutFile(ctx, file.Object, bytes.NewReader(data))
+}
+
+// follow reads the execution's events until its end, sending each as a progress
+// notification, and returns its result. It returns early when ctx ends.
+func follow(ctx context.Context, exe *client.Execution, p *progress) (*client.Result, error) {
+	for {
+		select {
+		case ev, ok := <-exe.Events():
+			if !ok {
+				return exe.Wait(ctx)
+			}
+			p.send(ctx, progressMessage(ev))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// maxProgress bounds the progress notifications of one call (a script printing in a
+// loop); past it, one says that the rest is not reported.
+const maxProgress = 500
+
+// progress sends a call's progress notifications, when its request has a token.
+type progress struct {
+	ss    *mcp.ServerSession
+	token any
+	n     int
+}
+
+func (p *progress) send(ctx context.Context, msg string) {
+	if p.token == nil || p.ss == nil || msg == "" || p.n > maxProgress {
+		return
+	}
+	p.n++
+	if p.n > maxProgress {
+		msg = "(more progress, not reported)"
+	}
+	// A notification that cannot be sent (the client went away) changes nothing of
+	// the run: its end shows in the result, or in ctx.
+	_ = p.ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: p.token, Message: msg, Progress: float64(p.n)})
+}
+
+// progressMessage is the short text of a progress notification for ev; empty for
+// the events whose news is the result's.
+func progressMessage(ev *wire.Event) string {
+	const n = 200
+	switch ev.Type {
+	case wire.EventStarted:
+		return fmt.Sprintf("execution %s started on worker %s", ev.ExecutionID, ev.WorkerID)
+	case wire.EventStdout, wire.EventStderr:
+		return ev.Type + ": " + short(strings.TrimRight(ev.Text, "\n"), n)
+	case wire.EventIntermediate:
+		return "intermediate " + ev.Label + ": " + short(jsonText(ev.Data), n)
+	case wire.EventLog:
+		return "log " + ev.Level + ": " + short(ev.Message, n)
+	case wire.EventDisplay:
+		forms, _ := ev.Data.(map[string]any)
+		text, _ := forms["text/plain"].(string)
+		return "display: " + short(text, n)
+	case wire.EventArtifact:
+		return fmt.Sprintf("artifact %s (%d bytes)", ev.Path, ev.Size)
+	case wire.EventError:
+		return "error (" + ev.Kind + "): " + short(ev.Error, n)
+	}
+	return ""
+}
+
+// short cuts s to at most n bytes on a character boundary, ending in "...".
+func short(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && (s[n]&0xC0) == 0x80 {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+// jsonText is v in JSON, or as Go prints it when it has no JSON form.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// outputOf is the structured output of a result, before its files are fetched.
+func outputOf(res *client.Result) runOutput {
+	out := runOutput{ExecutionID: res.ExecutionID, Success: res.Success, Result: res.FinalData, Stdout: res.Stdout, Stderr: res.Stderr,
+		DurationMS: res.DurationMS}
+	if !res.Success {
+		out.ErrorKind, out.Error, out.Traceback = res.ErrorKind, res.Error, res.Traceback
+	}
+	for _, i := range res.Intermediates {
+		out.Intermediates = append(out.Intermediates, intermediate{Label: i.Label, Data: i.Data})
+	}
+	for _, l := range res.Logs {
+		out.Logs = append(out.Logs, logLine{Level: l.Level, Message: l.Message})
+	}
+	for _, d := range res.Displays {
+		out.Displays = append(out.Displays, displayOut{Data: d.Data, Image: fileOf(d.Image)})
+	}
+	for i := range res.Artifacts {
+		out.Artifacts = append(out.Artifacts, *fileOf(&res.Artifacts[i]))
+	}
+	return out
+}
+
+// fileOf is the fileOut of a (nil for none), its content not fetched yet.
+func fileOf(a *client.Artifact) *fileOut {
+	if a == nil {
+		return nil
+	}
+	return &fileOut{Path: a.Path, ContentType: a.ContentType, Size: a.Size, Object: a.Object}
+}
+
+// mcpDuration formats a run's duration for a model.
+func mcpDuration(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jazzmine/worker/client"
+	"github.com/jazzmine/worker/wire"
+)
+
+// conversations holds the fleet sessions each MCP conversation (an MCP session: the
+// stdio connection, or one Mcp-Session-Id over HTTP) opened: at most one per sandbox,
+// usable by that conversation alone, and closed when it ends.
+type conversations struct {
+	c   *client.Client
+	log *slog.Logger
+
+	mu     sync.Mutex // guards byConv and closed
+	byConv map[*mcp.ServerSession]*conversation
+	closed bool
+	ends   sync.WaitGroup // the goroutines that wait for a conversation's end
+}
+
+// conversation is one conversation's sessions.
+type conversation struct {
+	mu        sync.Mutex                 // guards sessions, and is held while one opens
+	sessions  map[string]*client.Session // by sandbox
+	ended     bool
+	mcpClosed func() error // closes the MCP session
+}
+
+func newConversations(c *client.Client, log *slog.Logger) *conversations {
+	return &conversations{c: c, log: log, byConv: map[*mcp.ServerSession]*conversation{}}
+}
+
+// conv returns the conversation of ss, which it starts watching for its end.
+func (cs *conversations) conv(ss *mcp.ServerSession) (*conversation, error) {
+	if ss == nil {
+		return nil, errors.New("sessions need a conversation: this request has no MCP session")
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed {
+		return nil, errors.New("the MCP server is shutting down")
+	}
+	cv := cs.byConv[ss]
+	if cv == nil {
+		cv = &conversation{sessions: map[string]*client.Session{}, mcpClosed: ss.Close}
+		cs.byConv[ss] = cv
+		cs.ends.Add(1)
+		go func() {
+			defer cs.ends.Done()
+			_ = ss.Wait()
+			cs.end(ss)
+		}()
+	}
+	return cv, nil
+}
+
+// open returns the conversation's session of sandbox, opening it on the fleet (its
+// first call, which claims a container) if it has none.
+func (cs *conversations) open(ctx context.Context, ss *mcp.ServerSession, sandbox string) (*client.Session, error) {
+	cv, err := cs.conv(ss)
+	if err != nil {
+		return nil, err
+	}
+	cv.mu.Lock()
+	defer cv.mu.Unlock()
+	if cv.ended {
+		return nil, errors.New("the conversation has ended")
+	}
+	if sess := cv.sessions[sandbox]; sess != nil {
+		return sess, nil
+	}
+	sess := cs.c.NewSession(sandbox)
+	res, err := sess.Run(ctx, wire.Job{Mode: wire.ModeInteractive, Script: "pass"})
+	if err != nil {
+		return nil, fmt.Errorf("open a session of sandbox %q: %w", sandbox, err)
+	}
+	if !res.Success {
+		return nil, fmt.Errorf("open a session of sandbox %q: %s: %s", sandbox, res.ErrorKind, res.Error)
+	}
+	cv.sessions[sandbox] = sess
+	return sess, nil
+}
+
+// lookup returns the session of the conversation with the id.
+func (cs *conversations) lookup(ss *mcp.ServerSession, id string) (*client.Session, error) {
+	cs.mu.Lock()
+	cv := cs.byConv[ss]
+	cs.mu.Unlock()
+	if cv != nil {
+		cv.mu.Lock()
+		defer cv.mu.Unlock()
+		for _, sess := range cv.sessions {
+			if sess.ID == id {
+				return sess, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("session %q is not open in this conversation: open_session opens one", id)
+}
+
+// close closes the session of the conversation with the id.
+func (cs *conversations) close(ctx context.Context, ss *mcp.ServerSession, id string) (*client.Session, error) {
+	sess, err := cs.lookup(ss, id)
+	if err != nil {
+		return nil, err
+	}
+	cs.forget(ss, sess)
+	return sess, sess.Close(ctx)
+}
+
+// forget takes a session out of its conversation: closed, or lost on the fleet.
+func (cs *conversations) forget(ss *mcp.ServerSession, sess *client.Session) {
+	cs.mu.Lock()
+	cv := cs.byConv[ss]
+	cs.mu.Unlock()
+	if cv == nil {
+		return
+	}
+	cv.mu.Lock()
+	defer cv.mu.Unlock()
+	if cv.sessions[sess.Sandbox] == sess {
+		delete(cv.sessions, sess.Sandbox)
+	}
+}
+
+// end closes the sessions of a conversation that ended.
+func (cs *conversations) end(ss *mcp.ServerSession) {
+	cs.mu.Lock()
+	cv := cs.byConv[ss]
+	delete(cs.byConv, ss)
+	cs.mu.Unlock()
+	if cv == nil {
+		return
+	}
+	cv.mu.Lock() // after an open under way
+	cv.ended = true
+	sessions := cv.sessions
+	cv.sessions = nil
+	cv.mu.Unlock()
+	for _, sess := range sessions {
+		ctx, cancel := context.WithTimeout(context.Background(), mcpShutdown)
+		// One the fleet ended already (idle, too old) answers session_lost: it is closed.
+		if err := sess.Close(ctx); err != nil && !strings.Contains(err.Error(), wire.KindSessionLost) {
+			cs.log.Warn("close the session of an MCP conversation that ended", "session_id", sess.ID, "err", err)
+		}
+		cancel()
+	}
+}
+
+// closeAll ends every conversation, which closes their sessions, and waits for it.
+// It is idempotent.
+func (cs *conversations) closeAll() {
+	cs.mu.Lock()
+	cs.closed = true
+	var closers []func() error
+	for _, cv := range cs.byConv {
+		closers = append(closers, cv.mcpClosed)
+	}
+	cs.mu.Unlock()
+	for _, close := range closers {
+		_ = close()
+	}
+	cs.ends.Wait()
+}
