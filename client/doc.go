@@ -9,7 +9,9 @@
 // even across reconnects. [Execution.Events] streams the events;
 // [Execution.Wait] returns the [Result] that the script_done event ends;
 // [Execution.Cancel] asks the workers to cancel the job; [Execution.Close]
-// stops following it. [Client.Run] does it all in one call.
+// stops following it. [Client.Run] does it all in one call. [Client.NewSession]
+// runs calls that keep their state; [Client.Sandboxes] lists the sandboxes the
+// fleet serves, with the tools a script may call there.
 //
 // The package does not create the streams: a worker does. Without them a
 // submission fails with [ErrNoStream]; when the jobs stream's backlog is

@@ -1,5 +1,6 @@
 // Package sandboxpool owns the Docker containers of each sandbox: spawning,
-// attaching, the ready handshake, the warm idle queue, checkout and return,
+// attaching, the ready handshake (and what each sandbox's harness said it loaded:
+// [Pool.Ready]), the warm idle queue, checkout and return,
 // overflow, recycling, health checks, reaping of orphans and shutdown.
 //
 // It knows Docker but not NATS. It does not build images (see imagebuild) and

@@ -1,7 +1,8 @@
 // Package wire owns the messages that cross NATS: the [Job] an agent publishes,
 // the [Event] a worker publishes for each step of an execution, their msgpack
 // and JSON encodings (chosen by the Content-Type header), their validation, and
-// the subject, stream, consumer and header names of the NATS contract.
+// the subject, stream, consumer and header names of the NATS contract, and the
+// entries of the fleet's sandbox catalog ([SandboxInfo], [SandboxesBucket]).
 //
 // Identifiers that become subject tokens (sandbox names, execution ids) are
 // validated here ([ValidateID]), so nothing unvalidated ever reaches a subject.

@@ -137,8 +137,12 @@ func (s *mcpServer) serveHTTP(ctx context.Context, addr string, stderr io.Writer
 		return err
 	case <-ctx.Done():
 	}
-	// The conversations first: their streams would keep Shutdown waiting.
+	// The conversations first (their sessions close): their streams would keep
+	// Shutdown waiting.
 	s.convs.closeAll()
+	for ss := range s.server.Sessions() {
+		_ = ss.Close()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), mcpShutdown)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
