@@ -78,6 +78,9 @@ func TestAFloodingTenantLosesItsOwnExcessAndHoldsUpNoOther(t *testing.T) {
 		t.Errorf("b's task ran after %d of a's, want at most 2", n)
 	}
 	close(tokens) // every task of a's may end now
+	// Its queue's worth at least runs (a task a slot took but has not started yet is
+	// neither queued nor started: the drain below alone could miss it).
+	waitUntil(t, "a's queued tasks to run", func() bool { return aRan.Load() >= backgroundQueue })
 	waitUntil(t, "a's queue to drain", func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
