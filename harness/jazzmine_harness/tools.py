@@ -11,11 +11,9 @@ import threading
 import traceback
 import types
 
-# inspect.CO_COROUTINE, CO_VARARGS and CO_VARKEYWORDS: inspect itself costs 1.7 MB that
-# every fork would copy, so tool_specs reads the code objects as inspect does.
+# inspect.CO_COROUTINE: inspect itself costs 1.7 MB that every fork would copy (it is
+# imported by tool_specs alone, after the zygote is forked).
 CO_COROUTINE = 0x80
-CO_VARARGS = 0x04
-CO_VARKEYWORDS = 0x08
 
 
 def _make_sync(fn):
@@ -93,120 +91,54 @@ def preload(names):
 
 def tool_specs(tools):
     """What the ready event says of each tool: its name, its signature as
-    inspect.signature writes it ("(text: str, n: int = 3) -> list"), its docstring
-    cleaned as inspect.cleandoc does, and whether it is an async def. An async tool
-    reports the function its file defines, not the wrapper that scripts call."""
+    inspect.signature writes it ("(text: str, n: int = 3) -> list"; a string annotation,
+    from __future__ import annotations, as written rather than quoted), its docstring as
+    inspect.getdoc gives it, and whether it is an async def. An async tool reports the
+    function its file defines, not the wrapper that scripts call.
+
+    It imports inspect: call it only after the zygote is forked, so that no child
+    starts with inspect loaded (the harness itself never forks after that)."""
+    import inspect
+
     specs = []
     for name in sorted(tools):
         fn = tools[name]
-        original = _unwrap(fn)
+        # A default whose repr raises, a cycle of __wrapped__: the harness goes on.
         try:
-            signature = _signature(original)
-        except Exception:  # a default whose repr raises must not stop the harness
+            signature = str(_as_written(inspect.signature(fn)))
+        except Exception:
             signature = "(...)"
-        doc = getattr(original, "__doc__", None)
+        try:
+            doc = inspect.getdoc(inspect.unwrap(fn)) or ""
+        except Exception:
+            doc = inspect.getdoc(fn) or ""
         specs.append(
             {
                 "name": name,
                 "signature": signature,
-                "doc": _cleandoc(doc) if isinstance(doc, str) else "",
+                "doc": doc,
                 "async": bool(getattr(fn, "__jazzmine_async__", False)),
             }
         )
     return specs
 
 
-def _unwrap(fn):
-    """The function under functools.wraps wrappers (ours of async tools, a tool's own
-    decorators), as inspect.signature follows __wrapped__."""
-    for _ in range(100):  # a cycle of __wrapped__ must not hang the harness
-        inner = getattr(fn, "__wrapped__", None)
-        if inner is None:
-            break
-        fn = inner
-    return fn
+class _Written:
+    """A string annotation, which inspect.formatannotation would quote: its repr is
+    the annotation as written."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
 
 
-def _signature(fn):
-    """str(inspect.signature(fn)) for a plain Python function, from its code object,
-    defaults and annotations; "(...)" for anything else."""
-    code = getattr(fn, "__code__", None)
-    if not isinstance(code, types.CodeType):
-        return "(...)"
-    annotations = getattr(fn, "__annotations__", None) or {}
-    defaults = getattr(fn, "__defaults__", None) or ()
-    kwdefaults = getattr(fn, "__kwdefaults__", None) or {}
-    names = code.co_varnames
-    positional = names[: code.co_argcount]
-    keyword_only = names[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
-    rest = code.co_argcount + code.co_kwonlyargcount
-    varargs = names[rest] if code.co_flags & CO_VARARGS else None
-    varkw = names[rest + bool(varargs)] if code.co_flags & CO_VARKEYWORDS else None
+def _as_written(sig):
+    """sig with its string annotations as written."""
 
-    def param(name, prefix="", default=_NO_DEFAULT):
-        text = prefix + name
-        if name in annotations:
-            text += ": " + _annotation(annotations[name])
-            if default is not _NO_DEFAULT:
-                text += " = " + repr(default)
-        elif default is not _NO_DEFAULT:
-            text += "=" + repr(default)
-        return text
+    def written(a):
+        return _Written(a) if isinstance(a, str) else a
 
-    parts = []
-    first_default = len(positional) - len(defaults)
-    for i, name in enumerate(positional):
-        parts.append(param(name, default=defaults[i - first_default] if i >= first_default else _NO_DEFAULT))
-        if i + 1 == code.co_posonlyargcount:
-            parts.append("/")
-    if varargs:
-        parts.append(param(varargs, "*"))
-    elif keyword_only:
-        parts.append("*")
-    for name in keyword_only:
-        parts.append(param(name, default=kwdefaults.get(name, _NO_DEFAULT)))
-    if varkw:
-        parts.append(param(varkw, "**"))
-    text = "(" + ", ".join(parts) + ")"
-    if "return" in annotations:
-        text += " -> " + _annotation(annotations["return"])
-    return text
-
-
-_NO_DEFAULT = object()
-
-
-def _annotation(a):
-    """inspect.formatannotation, but for a string annotation (from __future__ import
-    annotations), which reads as written rather than quoted."""
-    if isinstance(a, str):
-        return a
-    if getattr(a, "__module__", None) == "typing":
-        return repr(a).replace("typing.", "")
-    if isinstance(a, types.GenericAlias):
-        return str(a)
-    if isinstance(a, type):
-        if a.__module__ == "builtins":
-            return a.__qualname__
-        return a.__module__ + "." + a.__qualname__
-    return repr(a)
-
-
-def _cleandoc(doc):
-    """inspect.cleandoc: the first line's leading blanks and the other lines' common
-    indentation removed, and blank lines at either end."""
-    lines = doc.expandtabs().split("\n")
-    margin = None
-    for line in lines[1:]:
-        content = len(line.lstrip())
-        if content:
-            indent = len(line) - content
-            margin = indent if margin is None else min(margin, indent)
-    lines[0] = lines[0].lstrip()
-    if margin is not None:
-        lines[1:] = [line[margin:] for line in lines[1:]]
-    while lines and not lines[-1]:
-        lines.pop()
-    while lines and not lines[0]:
-        lines.pop(0)
-    return "\n".join(lines)
+    params = [p.replace(annotation=written(p.annotation)) for p in sig.parameters.values()]
+    return sig.replace(parameters=params, return_annotation=written(sig.return_annotation))

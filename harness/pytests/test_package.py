@@ -25,8 +25,10 @@ class ImportsTest(unittest.TestCase):
         # What the harness imports later, it would look up when scripts have run. Two
         # exceptions, both imported in a child for its script: asyncio, for async tools,
         # and matplotlib's Agg, which mpl takes when matplotlib loads it as its backend
-        # (matplotlib is the script's; the harness must start without it).
-        allowed = {("tools.py", "asyncio"), ("mpl.py", "matplotlib.backend_bases"), ("mpl.py", "matplotlib.backends.backend_agg")}
+        # (matplotlib is the script's; the harness must start without it). And inspect,
+        # which tool_specs imports in the harness for its ready event: before any script,
+        # after the zygote is forked, so that no child has it.
+        allowed = {("tools.py", "asyncio"), ("tools.py", "inspect"), ("mpl.py", "matplotlib.backend_bases"), ("mpl.py", "matplotlib.backends.backend_agg")}
         for name in sorted(os.listdir(PACKAGE_DIR)):
             if not name.endswith(".py"):
                 continue
