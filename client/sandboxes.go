@@ -41,7 +41,7 @@ func (c *Client) Sandboxes(ctx context.Context) ([]SandboxInfo, error) {
 	}
 	slices.Sort(keys)
 	var out []SandboxInfo
-	for _, key := range slices.Compact(keys) {
+	for _, key := range keys {
 		entry, err := kv.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 			continue // expired meanwhile

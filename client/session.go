@@ -42,13 +42,14 @@ func (s *Session) Run(ctx context.Context, job wire.Job) (*Result, error) {
 }
 
 // Close ends the session: its container is retired. Calls after it fail with
-// [wire.KindSessionLost].
+// [wire.KindSessionLost]. Closing a session that has ended already (closed, idle,
+// lost with its worker) is not an error.
 func (s *Session) Close(ctx context.Context) error {
 	res, err := s.Run(ctx, wire.Job{SessionClose: true})
 	if err != nil {
 		return fmt.Errorf("close session %s: %w", s.ID, err)
 	}
-	if !res.Success {
+	if !res.Success && res.ErrorKind != wire.KindSessionLost {
 		return fmt.Errorf("close session %s: %s: %s", s.ID, res.ErrorKind, res.Error)
 	}
 	return nil

@@ -101,6 +101,13 @@ func (r *replayer) replay(ctx context.Context, ref execRef) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Deleted at once: a tenant asking for many executions must not leave a consumer
+	// per request on the fleet's stream for the inactivity threshold.
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = r.events.stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
+	}()
 	pending := min(int(cons.CachedInfo().NumPending), maxReplayEvents)
 	from := wire.SubjectPrefixEvents + "." + ref.key() + "."
 	to := wire.SubjectPrefixReplayed + "." + ref.key() + "."

@@ -82,6 +82,9 @@ func TestASessionKeepsItsStateBetweenCalls(t *testing.T) {
 	if res.Success || res.ErrorKind != wire.KindSessionLost || !strings.Contains(res.Error, "closed") {
 		t.Errorf("a call after close: %v %s: %s; want session_lost saying it was closed", res.Success, res.ErrorKind, res.Error)
 	}
+	if err := s.Close(ctx); err != nil {
+		t.Errorf("closing the closed session again: %v, want no error", err)
+	}
 }
 
 // TestTwoSessionsDoNotSeeEachOther: sessions of one sandbox on one worker run in

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -148,8 +147,7 @@ func (cs *conversations) end(ss *mcp.ServerSession) {
 	cv.mu.Unlock()
 	for _, sess := range sessions {
 		ctx, cancel := context.WithTimeout(context.Background(), mcpShutdown)
-		// One the fleet ended already (idle, too old) answers session_lost: it is closed.
-		if err := sess.Close(ctx); err != nil && !strings.Contains(err.Error(), wire.KindSessionLost) {
+		if err := sess.Close(ctx); err != nil {
 			cs.log.Warn("close the session of an MCP conversation that ended", "session_id", sess.ID, "err", err)
 		}
 		cancel()

@@ -109,4 +109,10 @@ func TestATenantGetsTheEventsItsStreamMissed(t *testing.T) {
 	if err != nil || !res.Success || res.FinalData != "the end" || res.Stdout != "up\n" {
 		t.Fatalf("the execution: %+v, %v; want its result, once its events were replayed", res, err)
 	}
+	// The replays read the fleet's stream with consumers that they delete when done,
+	// not leave for its inactivity threshold (10 s).
+	testenv.WaitFor(t, 5*time.Second, "the replays' consumers to be deleted", func() bool {
+		info, err := events.Info(ctx)
+		return err == nil && info.State.Consumers == 0
+	})
 }
