@@ -120,6 +120,12 @@ type Sandbox struct {
 // capacity is the most containers the sandbox may have at once.
 func (s *Sandbox) capacity() int { return s.PoolSize + s.MaxOverflow }
 
+// WithDefaults is s with the defaults in its zero fields, as the pool runs it.
+func (s Sandbox) WithDefaults() Sandbox {
+	s.setDefaults()
+	return s
+}
+
 func (s *Sandbox) setDefaults() {
 	if s.MemoryBytes == 0 {
 		s.MemoryBytes = DefaultMemoryBytes

@@ -4,8 +4,6 @@
 package sandboxspec
 
 import (
-	"cmp"
-
 	"github.com/jazzmine/worker/imagebuild"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
@@ -45,11 +43,12 @@ func Pool(spec *imagebuild.Spec, img imagebuild.Image) sandboxpool.Sandbox {
 // limits and, from spec when it is not nil, its description, packages and allowed
 // hosts; its tools come from its containers).
 func Worker(sb sandboxpool.Sandbox, spec *imagebuild.Spec) worker.Sandbox {
+	run := sb.WithDefaults()
 	info := wire.SandboxInfo{
 		Sandbox:     sb.Name,
-		MemoryMB:    cmp.Or(sb.MemoryBytes, sandboxpool.DefaultMemoryBytes) >> 20,
-		CPUs:        float64(cmp.Or(sb.NanoCPUs, sandboxpool.DefaultNanoCPUs)) / 1e9,
-		WorkspaceMB: cmp.Or(sb.WorkspaceBytes, sandboxpool.DefaultTmpfsBytes) >> 20,
+		MemoryMB:    run.MemoryBytes >> 20,
+		CPUs:        float64(run.NanoCPUs) / 1e9,
+		WorkspaceMB: run.WorkspaceBytes >> 20,
 	}
 	if spec != nil {
 		info.Description, info.Packages, info.AllowedHosts = spec.Description, spec.Requirements, spec.Network.AllowedHosts
