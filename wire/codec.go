@@ -90,7 +90,7 @@ func DecodeJob(contentType string, b []byte) (*Job, error) {
 	if ct == ContentTypeJSON {
 		err = unmarshalJSON(b, &w.Job) // with the field names of its errors
 	} else {
-		err = decodeMsgpack(b, jobFields, &w)
+		err = decodeMsgpack(b, jobKind, &w)
 	}
 	if err != nil {
 		return nil, errorf(ErrMalformed, "decode %s job: %w", encodingName(ct), err)
@@ -205,8 +205,8 @@ func describeJSON(c byte) string {
 
 // describeType names a field type as the msgpack errors do.
 func describeType(t reflect.Type) string {
-	if k := kindOf(t); k < kind(len(kindWords)) && kindWords[k] != "" {
-		return kindWords[k]
+	if k := kindOf[t]; kinds[k].want != "" {
+		return kinds[k].want
 	}
 	return t.String()
 }

@@ -214,38 +214,21 @@ func (e *Event) toWire(ct string) (*eventWire, error) {
 	if y := e.Time.Year(); y < 0 || y > 9999 {
 		return nil, fmt.Errorf("event time %v: the year is outside 0000-9999, which RFC 3339 cannot write", e.Time)
 	}
-	data, err := prepareField(e.Data, "data", ct)
+	data, err := dataField(ct, e.Data, "data")
 	if err != nil {
 		return nil, err
 	}
-	finalData, err := prepareField(e.FinalData, "final_data", ct)
+	finalData, err := dataField(ct, e.FinalData, "final_data")
 	if err != nil {
 		return nil, err
 	}
 	w := &eventWire{
-		ExecutionID: e.ExecutionID,
-		Type:        e.Type,
-		Seq:         e.Seq,
-		Attempt:     e.Attempt,
-		WorkerID:    e.WorkerID,
-		Time:        e.Time.Format(time.RFC3339Nano),
-		Metadata:    e.Metadata,
-		Sandbox:     e.Sandbox,
-		ContainerID: e.ContainerID,
-		Label:       e.Label,
-		Data:        data,
-		Level:       e.Level,
-		Message:     e.Message,
-		Text:        e.Text,
-		Error:       e.Error,
-		Traceback:   e.Traceback,
-		Kind:        e.Kind,
-		FinalData:   finalData,
-		Path:        e.Path,
-		Object:      e.Object,
-		Size:        e.Size,
-		SHA256:      e.SHA256,
-		ContentType: e.ContentType,
+		ExecutionID: e.ExecutionID, Type: e.Type, Seq: e.Seq, Attempt: e.Attempt, WorkerID: e.WorkerID,
+		Time: e.Time.Format(time.RFC3339Nano), Metadata: e.Metadata,
+		Sandbox: e.Sandbox, ContainerID: e.ContainerID, Label: e.Label, Data: data,
+		Level: e.Level, Message: e.Message, Text: e.Text, Error: e.Error, Traceback: e.Traceback, Kind: e.Kind,
+		FinalData: finalData, Path: e.Path, Object: e.Object, Size: e.Size,
+		SHA256: e.SHA256, ContentType: e.ContentType,
 	}
 	done := e.Type == EventScriptDone
 	if done || e.Success {
@@ -260,17 +243,17 @@ func (e *Event) toWire(ct string) (*eventWire, error) {
 	return w, nil
 }
 
-// prepareField prepares the value of a data field for encoding: for msgpack
-// with prepare; JSON checks it as it writes it.
-func prepareField(v any, field, ct string) (value, error) {
-	if ct == ContentTypeJSON {
-		return value{v, field}, nil
+// dataField makes the value of the data field name. In msgpack, raw JSON is
+// decoded here, not as it is written, so that raw null leaves the field out
+// as nil does; JSON writes it, null.
+func dataField(ct string, v any, name string) (value, error) {
+	if raw, ok := v.(json.RawMessage); ok && ct == ContentTypeMsgpack {
+		var err error
+		if v, err = decodeRawJSON(raw); err != nil {
+			return value{}, fmt.Errorf("field %q: %w", name, err)
+		}
 	}
-	p, _, err := prepare(v, 0)
-	if err != nil {
-		return value{}, fmt.Errorf("field %q: %w", field, err)
-	}
-	return value{p, field}, nil
+	return value{v, name}, nil
 }
 
 // toEvent sets e to the event w encodes; it leaves e as it is on an error.
@@ -283,43 +266,23 @@ func (w *eventWire) toEvent(e *Event) error {
 		}
 	}
 	*e = Event{
-		ExecutionID: w.ExecutionID,
-		Type:        w.Type,
-		Seq:         w.Seq,
-		Attempt:     w.Attempt,
-		WorkerID:    w.WorkerID,
-		Time:        t,
-		Metadata:    w.Metadata,
-		Sandbox:     w.Sandbox,
-		ContainerID: w.ContainerID,
-		Label:       w.Label,
-		Data:        w.Data.v,
-		Level:       w.Level,
-		Message:     w.Message,
-		Text:        w.Text,
-		Error:       w.Error,
-		Traceback:   w.Traceback,
-		Kind:        w.Kind,
-		FinalData:   w.FinalData.v,
-		Path:        w.Path,
-		Object:      w.Object,
-		Size:        w.Size,
-		SHA256:      w.SHA256,
-		ContentType: w.ContentType,
-	}
-	if len(e.Metadata) == 0 {
-		e.Metadata = nil
-	}
-	if w.Success != nil {
-		e.Success = *w.Success
-	}
-	if w.DurationMS != nil {
-		e.DurationMS = *w.DurationMS
-	}
-	if w.OutputBytes != nil {
-		e.OutputBytes = *w.OutputBytes
+		ExecutionID: w.ExecutionID, Type: w.Type, Seq: w.Seq, Attempt: w.Attempt, WorkerID: w.WorkerID,
+		Time: t, Metadata: orNil(w.Metadata),
+		Sandbox: w.Sandbox, ContainerID: w.ContainerID, Label: w.Label, Data: w.Data.v,
+		Level: w.Level, Message: w.Message, Text: w.Text, Error: w.Error, Traceback: w.Traceback, Kind: w.Kind,
+		Success: deref(w.Success), DurationMS: deref(w.DurationMS), OutputBytes: deref(w.OutputBytes),
+		FinalData: w.FinalData.v, Path: w.Path, Object: w.Object, Size: w.Size,
+		SHA256: w.SHA256, ContentType: w.ContentType,
 	}
 	return nil
+}
+
+// deref returns what p points to, or zero for nil.
+func deref[T any](p *T) (v T) {
+	if p != nil {
+		v = *p
+	}
+	return v
 }
 
 // MarshalJSON encodes e as [EncodeEvent] does with [ContentTypeJSON].
@@ -368,7 +331,7 @@ func (e *Event) decode(ct string, b []byte) error {
 	if ct == ContentTypeJSON {
 		err = unmarshalJSON(b, &w)
 	} else {
-		err = decodeMsgpack(b, eventFields, &w)
+		err = decodeMsgpack(b, eventKind, &w)
 	}
 	if err != nil {
 		return err

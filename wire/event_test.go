@@ -445,3 +445,17 @@ func TestEncodeRejectsNil(t *testing.T) {
 		}
 	}
 }
+
+func TestRawJSONNullDataIsLeftOutOfMsgpackAndWrittenNullInJSON(t *testing.T) {
+	for _, raw := range []json.RawMessage{json.RawMessage("null"), json.RawMessage(" null "), {}, nil} {
+		e := event(wire.EventFinalResult, func(e *wire.Event) { e.Data = raw })
+		m := encodeToMap(t, wire.ContentTypeMsgpack, func(ct string) ([]byte, error) { return wire.EncodeEvent(ct, &e) })
+		if v, ok := m["data"]; ok {
+			t.Errorf("raw %q: msgpack carries data %#v, want none", raw, v)
+		}
+		m = encodeToMap(t, wire.ContentTypeJSON, func(ct string) ([]byte, error) { return wire.EncodeEvent(ct, &e) })
+		if v, ok := m["data"]; !ok || v != nil {
+			t.Errorf("raw %q: JSON carries data %#v (present: %v), want null", raw, v, ok)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"cmp"
 	"fmt"
 	"unicode/utf8"
 )
@@ -132,12 +133,7 @@ func (j *Job) Validate(subjectSandbox string, maxScriptBytes int) error {
 	if err := j.validate(subjectSandbox, maxScriptBytes); err != nil {
 		return errorf(ErrInvalidJob, "invalid job: %w", err)
 	}
-	if j.Sandbox == "" {
-		j.Sandbox = subjectSandbox
-	}
-	if j.Mode == "" {
-		j.Mode = ModePlan
-	}
+	j.Sandbox, j.Mode = cmp.Or(j.Sandbox, subjectSandbox), cmp.Or(j.Mode, ModePlan)
 	return nil
 }
 
@@ -149,14 +145,10 @@ func (j *Job) validate(subjectSandbox string, maxScriptBytes int) error {
 		return err
 	}
 
-	sandbox := j.Sandbox
-	switch {
-	case sandbox == "":
-		sandbox = subjectSandbox
-	case subjectSandbox != "" && sandbox != subjectSandbox:
-		return fmt.Errorf("sandbox %s in the job does not match the sandbox %s of the subject", quote(sandbox), quote(subjectSandbox))
+	if j.Sandbox != "" && subjectSandbox != "" && j.Sandbox != subjectSandbox {
+		return fmt.Errorf("sandbox %s in the job does not match the sandbox %s of the subject", quote(j.Sandbox), quote(subjectSandbox))
 	}
-	if err := ValidateID("sandbox", sandbox); err != nil {
+	if err := ValidateID("sandbox", cmp.Or(j.Sandbox, subjectSandbox)); err != nil {
 		return err
 	}
 

@@ -39,10 +39,10 @@ func encodeMsgpack(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// decodeMsgpack checks b with scan against fields, the kinds of the fields of
-// the struct ptr points to, and decodes it into that struct.
-func decodeMsgpack(b []byte, fields map[string]kind, ptr any) error {
-	if err := scan(b, fields); err != nil {
+// decodeMsgpack checks b with scan against k, the kind of the struct ptr
+// points to, and decodes it into that struct.
+func decodeMsgpack(b []byte, k kind, ptr any) error {
+	if err := scan(b, k); err != nil {
 		return err
 	}
 	dec := msgpack.GetDecoder()
@@ -69,13 +69,49 @@ const (
 	bytesKind                 // []byte: binary or a string, any bytes
 	filesKind                 // []File: an array of maps
 	fileKind                  // File: a map of fileFields
+	jobKind                   // Job: a map of jobFields
+	eventKind                 // eventWire: a map of eventFields
 )
 
-// kindWords names what a kind wants, in error messages of both encodings.
-var kindWords = [...]string{
-	stringKind: "a string", boolKind: "a boolean", numberKind: "a number", intKind: "an integer",
-	uintKind: "a non-negative integer", stringsKind: "an array of strings", stringMapKind: "a map of strings",
-	bytesKind: "binary data", filesKind: "an array of maps", fileKind: "a map",
+// kinds says of each kind what it wants, in the errors of both encodings;
+// the formats it takes, a bit each (nil is taken but in a map key); the kind
+// of its elements or its map values; and a struct's kinds of fields.
+var kinds = [...]struct {
+	want    string
+	formats uint16
+	elem    kind
+	fields  map[string]kind
+}{
+	keyKind:       {want: "a string", formats: 1<<fStr | 1<<fBin},
+	stringKind:    {want: "a string", formats: 1<<fStr | 1<<fBin},
+	boolKind:      {want: "a boolean", formats: 1 << fBool},
+	numberKind:    {want: "a number", formats: 1<<fInt | 1<<fUint | 1<<fFloat},
+	intKind:       {want: "an integer", formats: 1<<fInt | 1<<fUint},
+	uintKind:      {want: "a non-negative integer", formats: 1<<fInt | 1<<fUint},
+	stringsKind:   {want: "an array of strings", formats: 1 << fArray, elem: stringKind},
+	stringMapKind: {want: "a map of strings", formats: 1 << fMap, elem: stringKind},
+	valueKind:     {formats: ^uint16(1 << fExt), elem: valueKind},
+	bytesKind:     {want: "binary data", formats: 1<<fBin | 1<<fStr},
+	filesKind:     {want: "an array of maps", formats: 1 << fArray, elem: fileKind},
+	fileKind:      {want: "a map", formats: 1 << fMap, fields: fileFields},
+	jobKind:       {want: "a map", formats: 1 << fMap, fields: jobFields},
+	eventKind:     {want: "a map", formats: 1 << fMap, fields: eventFields},
+}
+
+// kindOf maps the Go type of each field of a message to its kind.
+var kindOf = map[reflect.Type]kind{
+	reflect.TypeFor[string]():            stringKind,
+	reflect.TypeFor[bool]():              boolKind,
+	reflect.TypeFor[float64]():           numberKind,
+	reflect.TypeFor[int]():               intKind,
+	reflect.TypeFor[int64]():             intKind,
+	reflect.TypeFor[uint64]():            uintKind,
+	reflect.TypeFor[[]string]():          stringsKind,
+	reflect.TypeFor[map[string]string](): stringMapKind,
+	reflect.TypeFor[value]():             valueKind,
+	reflect.TypeFor[[]byte]():            bytesKind,
+	reflect.TypeFor[[]File]():            filesKind,
+	reflect.TypeFor[File]():              fileKind,
 }
 
 var (
@@ -85,62 +121,33 @@ var (
 )
 
 // fieldKinds maps the msgpack name of each field of struct type t to its
-// kind (a test checks that every field has one).
+// kind, that of what a pointer field points to (a test checks that every
+// field has one).
 func fieldKinds(t reflect.Type) map[string]kind {
 	m := make(map[string]kind, t.NumField())
 	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("msgpack"), ",")
-		m[name] = kindOf(t.Field(i).Type)
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("msgpack"), ",")
+		if f.Type.Kind() == reflect.Pointer {
+			f.Type = f.Type.Elem()
+		}
+		m[name] = kindOf[f.Type]
 	}
 	return m
-}
-
-func kindOf(t reflect.Type) kind {
-	if t == reflect.TypeFor[value]() {
-		return valueKind
-	}
-	switch t.Kind() {
-	case reflect.Pointer:
-		return kindOf(t.Elem())
-	case reflect.String:
-		return stringKind
-	case reflect.Bool:
-		return boolKind
-	case reflect.Float64:
-		return numberKind
-	case reflect.Int, reflect.Int64:
-		return intKind
-	case reflect.Uint64:
-		return uintKind
-	case reflect.Slice:
-		switch {
-		case t.Elem().Kind() == reflect.String:
-			return stringsKind
-		case t.Elem().Kind() == reflect.Uint8:
-			return bytesKind
-		case t.Elem() == reflect.TypeFor[File]():
-			return filesKind
-		}
-	case reflect.Map:
-		if t.Key().Kind() == reflect.String && t.Elem().Kind() == reflect.String {
-			return stringMapKind
-		}
-	}
-	return anyKind
 }
 
 // scan walks b without allocating and checks that it holds exactly one
 // msgpack value, a map; that no string, binary or extension is longer than
 // the bytes left, and no array or map announces more elements than bytes are
 // left (every element takes at least one byte); that arrays and maps nest at
-// most maxDepth deep; and that the known fields (those in fields) hold what
-// their kinds allow, as strictly as encoding/json would: no integer from a
-// float, no string that is not UTF-8, no NaN. After it, the library
+// most maxDepth deep; and that the map, of kind k, and its known fields hold
+// what their kinds allow, as strictly as encoding/json would: no integer
+// from a float, no string that is not UTF-8, no NaN. After it, the library
 // allocates in proportion to len(b), whatever lengths b announces.
 //
 // An error in the structure of b wins over an error in the type of a field,
 // wherever the two are.
-func scan(b []byte, fields map[string]kind) error {
+func scan(b []byte, k kind) error {
 	if len(b) == 0 {
 		return errors.New("empty input")
 	}
@@ -150,13 +157,13 @@ func scan(b []byte, fields map[string]kind) error {
 		}
 		return fmt.Errorf("want a map at the top, got %s", describeCode(b[0]))
 	}
-	s := scanner{b: b, fields: fields}
-	err := s.value(anyKind, 0)
+	s := scanner{b: b}
+	err := s.value(k, 0)
 	if err == nil && s.pos != len(b) {
 		return fmt.Errorf("at byte %d: %d bytes of trailing data after the message", s.pos, len(b)-s.pos)
 	}
 	if s.badType {
-		if structural := scan(b, nil); structural != nil {
+		if structural := scan(b, anyKind); structural != nil {
 			return structural
 		}
 		slices.Reverse(s.path)
@@ -169,10 +176,9 @@ func scan(b []byte, fields map[string]kind) error {
 type scanner struct {
 	b       []byte
 	pos     int
-	fields  map[string]kind // of the top-level map; nil checks no types
-	data    []byte          // the data of the last value, such as the bytes of a string
-	badType bool            // the error is about a type, not the structure
-	path    []string        // where the type error is, from the inside out
+	data    []byte   // the data of the last value, such as the bytes of a string
+	badType bool     // the error is about a type, not the structure
+	path    []string // where the type error is, from the inside out
 }
 
 // value checks the value at s.pos, of kind k, inside depth arrays and maps.
@@ -223,52 +229,42 @@ func (s *scanner) value(k kind, depth int) error {
 	case f == fArray:
 		return s.elements(k, int(n), depth+1)
 	}
-	return s.entries(k, int(n/2), depth+1, depth == 0 && s.fields != nil)
+	return s.entries(k, int(n/2), depth+1)
 }
 
 // elements checks the n elements of an array of kind k.
 func (s *scanner) elements(k kind, n, depth int) error {
-	elem, where := anyKind, "[%d]: "
-	switch k {
-	case stringsKind:
-		elem, where = stringKind, "element %d: "
-	case filesKind:
-		elem, where = fileKind, "element %d: "
-	case valueKind:
-		elem = valueKind
+	where := "element %d: "
+	if k == valueKind || k == anyKind {
+		where = "[%d]: "
 	}
 	for i := range n {
-		if err := s.value(elem, depth); err != nil {
+		if err := s.value(kinds[k].elem, depth); err != nil {
 			return s.at(err, where, i)
 		}
 	}
 	return nil
 }
 
-// entries checks the n entries of a map of kind k; top is the map of the
-// message, whose values have the kinds of s.fields.
-func (s *scanner) entries(k kind, n, depth int, top bool) error {
-	key, elem, where := anyKind, anyKind, "[%s]: "
+// entries checks the n entries of a map of kind k.
+func (s *scanner) entries(k kind, n, depth int) error {
+	key, elem, fields, where := keyKind, kinds[k].elem, kinds[k].fields, "key %s: "
 	switch {
-	case top:
-		key, where = keyKind, "field %s: "
-	case k == stringMapKind:
-		key, elem, where = keyKind, stringKind, "key %s: "
-	case k == fileKind:
-		key, where = keyKind, "field %s: "
-	case k == valueKind:
-		key, elem = keyKind, valueKind
+	case k == valueKind || k == anyKind:
+		where = "[%s]: "
+	case fields != nil:
+		where = "field %s: "
+	}
+	if k == anyKind {
+		key = anyKind
 	}
 	for i := range n {
 		if err := s.value(key, depth); err != nil {
 			return s.at(err, "key %d: ", i)
 		}
 		name := s.data
-		switch {
-		case top:
-			elem = s.fields[string(name)]
-		case k == fileKind:
-			elem = fileFields[string(name)]
+		if fields != nil {
+			elem = fields[string(name)]
 		}
 		if err := s.value(elem, depth); err != nil {
 			return s.at(err, where, quote(string(name)))
@@ -290,56 +286,26 @@ func (s *scanner) at(err error, format string, where any) error {
 // check checks that a value of format f, code c and data holds what kind k
 // allows. Nil is allowed everywhere but in a map key: it leaves a field empty.
 func check(k kind, f format, c byte, data []byte) error {
-	if f == fNil && k != keyKind {
-		return nil
-	}
-	var ok bool
-	switch k {
-	case keyKind:
-		if f != fStr && f != fBin {
-			return fmt.Errorf("map keys must be strings, got %s", formatNames[f])
-		}
-		ok = true
-	case stringKind:
-		ok = f == fStr || f == fBin
-	case boolKind:
-		ok = f == fBool
-	case numberKind:
-		ok = f == fInt || f == fUint || f == fFloat
-	case intKind:
-		if f == fUint && uintOf(data) > math.MaxInt64 {
-			return fmt.Errorf("%d is too large for a signed 64-bit integer", uintOf(data))
-		}
-		ok = f == fInt || f == fUint
-	case uintKind:
-		if f == fInt && intOf(c, data) < 0 {
-			return fmt.Errorf("%d is negative, want a non-negative integer", intOf(c, data))
-		}
-		ok = f == fInt || f == fUint
-	case stringsKind, stringMapKind, filesKind, fileKind:
-		ok = f == fArray && (k == stringsKind || k == filesKind) || f == fMap && (k == stringMapKind || k == fileKind)
-	case bytesKind:
-		if f == fBin || f == fStr {
-			return nil // any bytes, UTF-8 or not
-		}
-	case valueKind:
-		if f == fExt {
-			return fmt.Errorf("got %s, which JSON cannot carry", formatNames[f])
-		}
-		ok = true
-	}
 	switch {
-	case !ok:
-		return fmt.Errorf("want %s, got %s", kindWords[k], formatNames[f])
+	case f == fNil && k != keyKind:
+		return nil
+	case kinds[k].formats&(1<<f) == 0 && k == keyKind:
+		return fmt.Errorf("map keys must be strings, got %s", formatNames[f])
+	case kinds[k].formats&(1<<f) == 0 && k == valueKind:
+		return fmt.Errorf("got %s, which JSON cannot carry", formatNames[f])
+	case kinds[k].formats&(1<<f) == 0:
+		return fmt.Errorf("want %s, got %s", kinds[k].want, formatNames[f])
+	case k == intKind && f == fUint && uintOf(data) > math.MaxInt64:
+		return fmt.Errorf("%d is too large for a signed 64-bit integer", uintOf(data))
+	case k == uintKind && f == fInt && intOf(c, data) < 0:
+		return fmt.Errorf("%d is negative, want a non-negative integer", intOf(c, data))
 	case f == fFloat:
 		x := math.Float64frombits(uintOf(data))
 		if c == msgpcode.Float {
 			x = float64(math.Float32frombits(uint32(uintOf(data))))
 		}
-		if !isFinite(x) {
-			return fmt.Errorf("%v is not a number JSON can carry", x)
-		}
-	case (f == fStr || f == fBin) && !utf8.Valid(data):
+		return checkFinite(x)
+	case (f == fStr || f == fBin) && k != bytesKind && !utf8.Valid(data):
 		return fmt.Errorf("string %s is not valid UTF-8", quote(string(data)))
 	}
 	return nil
@@ -448,19 +414,18 @@ func (w *jobWire) job() *Job {
 	if w.TimeoutSec != 0 {
 		j.TimeoutSec = float64(w.TimeoutSec)
 	}
-	if len(j.RequiredSecrets) == 0 {
-		j.RequiredSecrets = nil
-	}
-	if len(j.Metadata) == 0 {
-		j.Metadata = nil
-	}
-	if len(j.Files) == 0 {
-		j.Files = nil
-	}
-	if len(j.Artifacts) == 0 {
-		j.Artifacts = nil
-	}
+	j.RequiredSecrets, j.Metadata = orNil(j.RequiredSecrets), orNil(j.Metadata)
+	j.Files, j.Artifacts = orNil(j.Files), orNil(j.Artifacts)
 	return j
+}
+
+// orNil returns nil for an empty slice or map: a decoder gives empty ones for
+// [] and {}, which a decoded job or event holds as nil.
+func orNil[T ~[]string | ~[]File | ~map[string]string](v T) T {
+	if len(v) == 0 {
+		return nil
+	}
+	return v
 }
 
 // number is a float64 that decodes from any msgpack integer as it is.

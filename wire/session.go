@@ -1,7 +1,5 @@
 package wire
 
-import "strings"
-
 // Sessions: the calls of a session are published on
 // jazzmine.session.<sandbox>.<session_id> and kept in [StreamSessions]; the
 // worker that opened the session takes them, in order, one at a time.
@@ -31,18 +29,7 @@ func SessionSandboxWildcard(sandbox string) string {
 // jazzmine.session.<sandbox>.<session_id>. The error wraps
 // [ErrInvalidSubject], and [ErrInvalidID] for an invalid token.
 func ParseSessionSubject(subject string) (sandbox, sessionID string, err error) {
-	rest, ok := strings.CutPrefix(subject, SubjectPrefixSession+".")
-	sandbox, sessionID, ok2 := strings.Cut(rest, ".")
-	if !ok || !ok2 {
-		return "", "", errorf(ErrInvalidSubject, "subject %s is not %s.<sandbox>.<session_id>", quote(subject), SubjectPrefixSession)
-	}
-	if err := ValidateID("sandbox", sandbox); err != nil {
-		return "", "", errorf(ErrInvalidSubject, "subject %s: %w", quote(subject), err)
-	}
-	if err := ValidateID("session_id", sessionID); err != nil {
-		return "", "", errorf(ErrInvalidSubject, "subject %s: %w", quote(subject), err)
-	}
-	return sandbox, sessionID, nil
+	return tokens(subject, SubjectPrefixSession, "sandbox", "session_id")
 }
 
 // SessionConsumerName is the name of the durable consumer of one session's

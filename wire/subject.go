@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -69,7 +71,8 @@ func ExecSubject(sandbox string) string {
 // jazzmine.exec.<sandbox>. The error wraps [ErrInvalidSubject], and also
 // [ErrInvalidID] when the sandbox token is not a valid name.
 func SandboxFromExecSubject(subject string) (string, error) {
-	return lastToken(subject, SubjectPrefixExec, "sandbox")
+	_, sandbox, err := tokens(subject, SubjectPrefixExec, "sandbox")
+	return sandbox, err
 }
 
 // ConsumerName returns the name of the durable consumer of sandbox's jobs,
@@ -103,7 +106,8 @@ func CancelSubject(executionID string) string {
 // jazzmine.cancel.<execution_id>. The error wraps [ErrInvalidSubject], and
 // also [ErrInvalidID] when the id token is not a valid id.
 func ExecutionIDFromCancelSubject(subject string) (string, error) {
-	return lastToken(subject, SubjectPrefixCancel, "execution_id")
+	_, id, err := tokens(subject, SubjectPrefixCancel, "execution_id")
+	return id, err
 }
 
 // EventMsgID returns the Nats-Msg-Id of an event,
@@ -142,38 +146,35 @@ func ParseCancelSubject(subject string) (tenant, executionID string, err error) 
 	return tenantTokens(subject, SubjectPrefixCancel, "execution_id")
 }
 
-// lastToken returns the token after prefix in subject, prefix.<token>, and
-// checks that it is a valid id.
-func lastToken(subject, prefix, kind string) (string, error) {
-	token, ok := strings.CutPrefix(subject, prefix+".")
-	if !ok {
-		return "", errorf(ErrInvalidSubject, "subject %s is not %s.<%s>", quote(subject), prefix, kind)
+// tokens returns the first and the last token after prefix in subject,
+// prefix.<names[0]>[.<names[1]>], each a valid id. The last takes the rest
+// of the subject, so that a '.' in it makes an invalid id.
+func tokens(subject, prefix string, names ...string) (first, last string, err error) {
+	rest, ok := strings.CutPrefix(subject, prefix+".")
+	t := strings.SplitN(rest, ".", len(names))
+	if !ok || len(t) < len(names) {
+		return "", "", errorf(ErrInvalidSubject, "subject %s is not %s.<%s>", quote(subject), prefix, strings.Join(names, ">.<"))
 	}
-	if err := ValidateID(kind, token); err != nil {
-		return "", errorf(ErrInvalidSubject, "subject %s: %w", quote(subject), err)
+	for i, name := range names {
+		if err := ValidateID(name, t[i]); err != nil {
+			return "", "", errorf(ErrInvalidSubject, "subject %s: %w", quote(subject), err)
+		}
 	}
-	return token, nil
+	return t[0], t[len(t)-1], nil
 }
 
 // tenantTokens returns the valid tokens after prefix in subject:
 // prefix.<tenant>.<last> or prefix.<last>.
 func tenantTokens(subject, prefix, kind string) (tenant, last string, err error) {
 	rest, ok := strings.CutPrefix(subject, prefix+".")
-	tokens := strings.Split(rest, ".")
-	if !ok || len(tokens) > 2 {
-		return "", "", errorf(ErrInvalidSubject, "subject %s is not %s.<%s> or %s.<tenant>.<%s>", quote(subject), prefix, kind, prefix, kind)
+	switch n := strings.Count(rest, "."); {
+	case ok && n == 0:
+		_, last, err = tokens(subject, prefix, kind)
+		return "", last, err
+	case ok && n == 1:
+		return tokens(subject, prefix, "tenant", kind)
 	}
-	if len(tokens) == 2 {
-		if err := ValidateID("tenant", tokens[0]); err != nil {
-			return "", "", errorf(ErrInvalidSubject, "subject %s: %w", quote(subject), err)
-		}
-		tenant = tokens[0]
-	}
-	last = tokens[len(tokens)-1]
-	if err := ValidateID(kind, last); err != nil {
-		return "", "", errorf(ErrInvalidSubject, "subject %s: %w", quote(subject), err)
-	}
-	return tenant, last, nil
+	return "", "", errorf(ErrInvalidSubject, "subject %s is not %s.<%s> or %s.<tenant>.<%s>", quote(subject), prefix, kind, prefix, kind)
 }
 
 // HeaderCarrier reads and writes message headers (a nats.Header converts to it) for
@@ -194,10 +195,4 @@ func (h HeaderCarrier) Get(key string) string {
 func (h HeaderCarrier) Set(key, value string) { h[key] = []string{value} }
 
 // Keys lists the keys.
-func (h HeaderCarrier) Keys() []string {
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
-	}
-	return keys
-}
+func (h HeaderCarrier) Keys() []string { return slices.Collect(maps.Keys(h)) }

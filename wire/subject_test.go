@@ -135,3 +135,34 @@ func TestTenantSubjectParsers(t *testing.T) {
 		})
 	}
 }
+
+func TestParseSessionSubject(t *testing.T) {
+	tests := []struct {
+		name               string
+		subject            string
+		sandbox, sessionID string
+		wantErr, badID     bool
+	}{
+		{name: "a session call gives its sandbox and session", subject: "jazzmine.session.py.s-1", sandbox: "py", sessionID: "s-1"},
+		{name: "a call round-trips through SessionSubject", subject: wire.SessionSubject("a_b", "X"), sandbox: "a_b", sessionID: "X"},
+		{name: "a subject without a session id is rejected", subject: "jazzmine.session.py", wantErr: true},
+		{name: "a session id with a dot is an invalid id", subject: "jazzmine.session.py.a.b", wantErr: true, badID: true},
+		{name: "an empty sandbox is an invalid id", subject: "jazzmine.session..s", wantErr: true, badID: true},
+		{name: "a wildcard session is an invalid id", subject: "jazzmine.session.py.*", wantErr: true, badID: true},
+		{name: "another prefix is rejected", subject: "jazzmine.exec.py.s", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sandbox, sessionID, err := wire.ParseSessionSubject(tt.subject)
+			if tt.wantErr {
+				if !errors.Is(err, wire.ErrInvalidSubject) || errors.Is(err, wire.ErrInvalidID) != tt.badID {
+					t.Errorf("ParseSessionSubject(%q) = %v; want ErrInvalidSubject (and ErrInvalidID: %v)", tt.subject, err, tt.badID)
+				}
+				return
+			}
+			if err != nil || sandbox != tt.sandbox || sessionID != tt.sessionID {
+				t.Errorf("ParseSessionSubject(%q) = %q, %q, %v; want %q, %q", tt.subject, sandbox, sessionID, err, tt.sandbox, tt.sessionID)
+			}
+		})
+	}
+}
