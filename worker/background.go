@@ -67,12 +67,12 @@ func (b *background) start() {
 // tenant's task beyond backgroundQueue waiting is dropped (logged once until its
 // queue drains): a flood costs its sender, not the others. What the client itself
 // drops beyond its limits (a slow consumer) is logged, with the count, at the next
-// task.
-func (b *background) run(tenant string, m *nats.Msg, f func(ctx context.Context)) {
+// task. It reports whether f was queued.
+func (b *background) run(tenant string, m *nats.Msg, f func(ctx context.Context)) bool {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return
+		return false
 	}
 	dropped := b.droppedLocked(m.Sub)
 	q := b.queues[tenant]
@@ -84,7 +84,7 @@ func (b *background) run(tenant string, m *nats.Msg, f func(ctx context.Context)
 		if first {
 			b.log.Warn("a tenant's background work is at its limit: its excess is dropped", "tenant", tenant, "limit", backgroundQueue, "subject", m.Subject)
 		}
-		return
+		return false
 	case len(q) == 0:
 		b.turn = append(b.turn, tenant)
 	}
@@ -97,6 +97,7 @@ func (b *background) run(tenant string, m *nats.Msg, f func(ctx context.Context)
 	case b.wake <- struct{}{}:
 	default: // every server is awake already
 	}
+	return true
 }
 
 // serve is one slot: it runs the next task, tenants in turn, until close.

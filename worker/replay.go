@@ -46,17 +46,27 @@ type replayer struct {
 	bg     *background
 	log    *slog.Logger
 
-	mu   sync.Mutex // guards last
-	last map[string]time.Time
+	mu     sync.Mutex          // guards recent and order
+	recent map[string]struct{} // executions replayed within replayEvery
+	order  []replayed          // the same, oldest first
+}
+
+// replayed notes when an execution's replay was queued.
+type replayed struct {
+	key string
+	at  time.Time
 }
 
 func newReplayer(nc *nats.Conn, events *events, bg *background, log *slog.Logger) *replayer {
-	return &replayer{nc: nc, events: events, bg: bg, log: log, last: map[string]time.Time{}}
+	return &replayer{nc: nc, events: events, bg: bg, log: log, recent: map[string]struct{}{}}
 }
 
 // see is the handler of replayAll: a request is replayed in the background, as the
 // tenant's work (background.run), unless the same execution was replayed within
-// replayEvery.
+// replayEvery. Only a request the background queued is noted, and notes expire
+// oldest first, so what one request costs here is constant: a tenant flooding the
+// fleet with requests for made-up executions loses its excess in its own background
+// queue and does not slow the handler down for the others' requests.
 func (r *replayer) see(m *nats.Msg) {
 	tenant, id, err := wire.ParseReplaySubject(m.Subject)
 	if err != nil || tenant == "" {
@@ -64,32 +74,26 @@ func (r *replayer) see(m *nats.Msg) {
 		return
 	}
 	ref := execRef{tenant: tenant, id: id}
-	if !r.due(ref.key()) {
-		return
-	}
-	r.bg.run(tenant, m, func(ctx context.Context) {
-		n, err := r.replay(ctx, ref)
-		r.log.Debug("replayed an execution's events", "execution_id", ref, "events", n, "err", err)
-	})
-}
-
-// due reports whether key's events may be replayed now, and notes that they are.
-func (r *replayer) due(key string) bool {
+	key := ref.key()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	if now.Sub(r.last[key]) < replayEvery {
-		return false
+	for len(r.order) > 0 && now.Sub(r.order[0].at) >= replayEvery {
+		delete(r.recent, r.order[0].key)
+		r.order[0] = replayed{}
+		r.order = r.order[1:]
 	}
-	if len(r.last) > backgroundQueue {
-		for k, at := range r.last {
-			if now.Sub(at) >= replayEvery {
-				delete(r.last, k)
-			}
-		}
+	if _, ok := r.recent[key]; ok {
+		return
 	}
-	r.last[key] = now
-	return true
+	queued := r.bg.run(tenant, m, func(ctx context.Context) {
+		n, err := r.replay(ctx, ref)
+		r.log.Debug("replayed an execution's events", "execution_id", ref, "events", n, "err", err)
+	})
+	if queued {
+		r.recent[key] = struct{}{}
+		r.order = append(r.order, replayed{key: key, at: now})
+	}
 }
 
 // replay publishes the events of ref stored in the fleet's stream again, on the

@@ -316,16 +316,14 @@ func startAuthWorker(t *testing.T, nc *nats.Conn) string {
 	return id
 }
 
-// TestTwoTenantsCannotSeeOrCancelEachOther runs a fleet for two tenants, alpha and
-// beta, from the configuration `worker nats-auth` renders. Beta, hostile, knows the
-// id of alpha's running execution: it listens to every event it may, reads its
-// events stream, cancels the id and asks for its events again. Beta sees nothing of alpha's, alpha's job runs
-// to its result, and each tenant's cancel still reaches its own jobs.
-func TestTwoTenantsCannotSeeOrCancelEachOther(t *testing.T) {
+// twoTenantServer starts a server with the tenants a and b, and one worker; it
+// returns the worker's and the tenants' connections.
+func twoTenantServer(t *testing.T, a, b string) (wnc, anc, bnc *nats.Conn) {
+	t.Helper()
 	workerSeed, workerPub := userKey(t)
-	alphaSeed, alphaPub := userKey(t)
-	betaSeed, betaPub := userKey(t)
-	conf, err := natsdeploy.AuthConfig([]string{workerPub}, []natsdeploy.Tenant{{Name: "alpha", Key: alphaPub}, {Name: "beta", Key: betaPub}})
+	aSeed, aPub := userKey(t)
+	bSeed, bPub := userKey(t)
+	conf, err := natsdeploy.AuthConfig([]string{workerPub}, []natsdeploy.Tenant{{Name: a, Key: aPub}, {Name: b, Key: bPub}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,17 +332,26 @@ func TestTwoTenantsCannotSeeOrCancelEachOther(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := startAuthServer(t, file)
-	startAuthWorker(t, connectAs(t, srv.ClientURL(), workerSeed, nil))
-	newClient := func(seed []byte) (*nats.Conn, *client.Client) {
-		nc := connectAs(t, srv.ClientURL(), seed, nil)
+	wnc = connectAs(t, srv.ClientURL(), workerSeed, nil)
+	startAuthWorker(t, wnc)
+	return wnc, connectAs(t, srv.ClientURL(), aSeed, nil), connectAs(t, srv.ClientURL(), bSeed, nil)
+}
+
+// TestTwoTenantsCannotSeeOrCancelEachOther runs a fleet for two tenants, alpha and
+// beta, from the configuration `worker nats-auth` renders. Beta, hostile, knows the
+// id of alpha's running execution: it listens to every event it may, reads its
+// events stream, cancels the id and asks for its events again. Beta sees nothing of alpha's, alpha's job runs
+// to its result, and each tenant's cancel still reaches its own jobs.
+func TestTwoTenantsCannotSeeOrCancelEachOther(t *testing.T) {
+	_, anc, bnc := twoTenantServer(t, "alpha", "beta")
+	newClient := func(nc *nats.Conn) *client.Client {
 		c, err := client.New(client.Config{Conn: nc})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return nc, c
+		return c
 	}
-	_, alpha := newClient(alphaSeed)
-	bnc, beta := newClient(betaSeed)
+	alpha, beta := newClient(anc), newClient(bnc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
