@@ -96,6 +96,20 @@ func (c *Client) PutFile(ctx context.Context, name string, r io.Reader) error {
 	return nil
 }
 
+// DeleteFile deletes object name from [wire.FilesBucket]: an upload whose job
+// has ended, or an artifact once downloaded. A name that is not there is not an
+// error.
+func (c *Client) DeleteFile(ctx context.Context, name string) error {
+	store, err := c.files(ctx)
+	if err != nil {
+		return err
+	}
+	if err := store.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("delete object %q: %w", name, err)
+	}
+	return nil
+}
+
 // InputFile makes the input file of a job from the local file at local, to be
 // written at path in the workspace (its base name when path is empty), with
 // the local file's permission bits. A file up to [InlineLimit] goes in the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,8 +10,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
@@ -42,7 +46,8 @@ func mcpCommand(ctx context.Context, args []string, getenv func(string) string, 
 		fmt.Fprintln(stderr, "Usage: worker mcp [flags]\n\nServes the fleet's sandboxes as Model Context Protocol tools (run_python, list_sandboxes, open_session, close_session): over stdin and stdout, or over streamable HTTP with --http. NATS_URL names the NATS server (default nats://"+defaultEmbeddedAddr+").\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	httpAddr := fs.String("http", "", "serve streamable HTTP on ADDR (e.g. 127.0.0.1:8811) at "+mcpPath+", instead of stdio; no authentication: keep it on loopback")
+	httpAddr := fs.String("http", "", "serve streamable HTTP on ADDR (e.g. 127.0.0.1:8811) at "+mcpPath+", instead of stdio")
+	tokenFile := fs.String("token-file", "", "with --http, a file holding a secret (16 bytes or more) that every request must carry as `Authorization: Bearer <secret>`; needed unless ADDR is on loopback")
 	sandbox := fs.String("sandbox", "default", "the sandbox of a call that names none")
 	timeout := fs.Duration("timeout", defaultMCPTimeout, "a call's timeout when it sets none, and the most it may ask for")
 	logLevel := fs.String("log-level", "warn", "log level on stderr: debug, info, warn or error")
@@ -64,6 +69,10 @@ func mcpCommand(ctx context.Context, args []string, getenv func(string) string, 
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usageError("mcp: --log-level: %v", err)
 	}
+	token, err := readMCPToken(*httpAddr, *tokenFile)
+	if err != nil {
+		return usageError("mcp: %v", err)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	nc, err := connectMCP(getenv("NATS_URL"), natsOpts)
@@ -80,7 +89,60 @@ func mcpCommand(ctx context.Context, args []string, getenv func(string) string, 
 	if *httpAddr == "" {
 		return s.serveStdio(ctx, stdin, stdout)
 	}
-	return s.serveHTTP(ctx, *httpAddr, stderr)
+	return s.serveHTTP(ctx, *httpAddr, token, stderr)
+}
+
+// minMCPToken is the shortest secret --token-file accepts.
+const minMCPToken = 16
+
+// readMCPToken returns the secret of tokenFile, with its surrounding whitespace
+// trimmed, or "" when there is none. An HTTP address off loopback needs one: whoever
+// reaches the endpoint runs code on the fleet.
+func readMCPToken(httpAddr, tokenFile string) (string, error) {
+	if tokenFile == "" {
+		if httpAddr != "" && !onLoopback(httpAddr) {
+			return "", fmt.Errorf("--http %s is not on loopback: give --token-file, whose secret every request must carry (whoever reaches the endpoint runs code on the fleet)", httpAddr)
+		}
+		return "", nil
+	}
+	if httpAddr == "" {
+		return "", errors.New("--token-file is for --http: the stdio transport is the client's own process")
+	}
+	b, err := os.ReadFile(tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if len(token) < minMCPToken {
+		return "", fmt.Errorf("--token-file %s holds %d bytes: a secret needs %d or more (e.g. openssl rand -hex 32)", tokenFile, len(token), minMCPToken)
+	}
+	return token, nil
+}
+
+// onLoopback reports whether addr's host is a loopback address or "localhost"; an
+// empty host (every interface) is not.
+func onLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// bearer is the SDK's bearer-token check (auth.RequireBearerToken) against one
+// secret, compared in constant time.
+func bearer(token string, next http.Handler) http.Handler {
+	verify := func(_ context.Context, got string, _ *http.Request) (*auth.TokenInfo, error) {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: "token"}, nil
+	}
+	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(next)
 }
 
 // connectMCP connects to NATS at url (the embedded server's address when empty).
@@ -117,18 +179,22 @@ func (nopWriteCloser) Close() error { return nil }
 
 // serveHTTP serves the streamable HTTP transport on addr until ctx ends, each MCP
 // session a conversation of its own. It says where on stderr.
-func (s *mcpServer) serveHTTP(ctx context.Context, addr string, stderr io.Writer) error {
+func (s *mcpServer) serveHTTP(ctx context.Context, addr, token string, stderr io.Writer) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return &exitError{code: 3, err: fmt.Errorf("mcp: listen on %s: %w", addr, err)}
 	}
+	var handler http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server },
+		&mcp.StreamableHTTPOptions{SessionTimeout: mcpIdleConversation, Logger: s.log})
+	if token != "" {
+		handler = bearer(token, handler)
+	}
 	mux := http.NewServeMux()
-	mux.Handle(mcpPath, mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server },
-		&mcp.StreamableHTTPOptions{SessionTimeout: mcpIdleConversation, Logger: s.log}))
+	mux.Handle(mcpPath, handler)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(stderr, "worker mcp: serving MCP over streamable HTTP at http://%s%s\n", ln.Addr(), mcpPath)
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
-		fmt.Fprintln(stderr, "worker mcp: warning: not on loopback, and the MCP endpoint has no authentication: whoever reaches it runs code on the fleet")
+	if token != "" {
+		fmt.Fprintln(stderr, "worker mcp: every request must carry the --token-file secret as a bearer token")
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -86,6 +86,7 @@ func (s *mcpServer) runPython(ctx context.Context, req *mcp.CallToolRequest, in 
 	if err != nil {
 		return nil, runOutput{}, err
 	}
+	defer s.removeUploads(ctx, job.Files)
 	var exe *client.Execution
 	if sess != nil {
 		exe, err = sess.Submit(ctx, job)
@@ -137,39 +138,79 @@ func (s *mcpServer) job(ctx context.Context, req *mcp.CallToolRequest, in runInp
 		}
 		job.Sandbox = sess.Sandbox
 	}
+	var uploads []upload
 	for _, f := range in.Files {
-		file, err := s.inputFile(ctx, f)
+		file, up, err := inputFileOf(f)
 		if err != nil {
 			return job, nil, err
 		}
 		job.Files = append(job.Files, file)
+		if up.data != nil {
+			uploads = append(uploads, up)
+		}
+	}
+	// The whole job is checked before anything is uploaded: a call refused for its
+	// last file or its sandbox's name leaves nothing in the bucket.
+	check := job
+	check.ExecutionID = client.NewExecutionID()
+	if err := check.Validate("", 0); err != nil {
+		return job, nil, err
+	}
+	for _, up := range uploads {
+		if err := s.c.PutFile(ctx, up.object, bytes.NewReader(up.data)); err != nil {
+			s.removeUploads(ctx, job.Files) // those not put yet are not found: no error
+			return job, nil, err
+		}
 	}
 	return job, sess, nil
 }
 
-// inputFile makes the job's file of f: inline when small, else put in the files
-// bucket first.
-func (s *mcpServer) inputFile(ctx context.Context, f inputFile) (wire.File, error) {
+// upload is a file of a call too large to go in its job: put in the files bucket as
+// object before the job is submitted.
+type upload struct {
+	object string
+	data   []byte
+}
+
+// inputFileOf makes the job's file of f: inline when small, else named by the object
+// it is to be uploaded as.
+func inputFileOf(f inputFile) (wire.File, upload, error) {
 	if err := wire.ValidatePath("files: path", f.Path); err != nil {
-		return wire.File{}, err
+		return wire.File{}, upload{}, err
 	}
 	data := []byte(f.Text)
 	if f.Base64 != "" {
 		if f.Text != "" {
-			return wire.File{}, fmt.Errorf("file %s: give text or base64, not both", f.Path)
+			return wire.File{}, upload{}, fmt.Errorf("file %s: give text or base64, not both", f.Path)
 		}
 		var err error
 		if data, err = base64.StdEncoding.DecodeString(f.Base64); err != nil {
-			return wire.File{}, fmt.Errorf("file %s: base64: %w", f.Path, err)
+			return wire.File{}, upload{}, fmt.Errorf("file %s: base64: %w", f.Path, err)
 		}
 	}
 	file := wire.File{Path: f.Path}
 	if len(data) <= client.InlineLimit {
 		file.Data = data
-		return file, nil
+		return file, upload{}, nil
 	}
 	file.Object = "uploads/" + client.NewExecutionID() + "/" + path.Base(f.Path)
-	return file, s.c.PutFile(ctx, file.Object, bytes.NewReader(data))
+	return file, upload{object: file.Object, data: data}, nil
+}
+
+// removeUploads deletes the objects the server put in the files bucket for a call's
+// files (only the server names objects: run_python's files have none), once the
+// execution has read them or the call failed.
+func (s *mcpServer) removeUploads(ctx context.Context, files []wire.File) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for _, f := range files {
+		if f.Object == "" {
+			continue
+		}
+		if err := s.c.DeleteFile(ctx, f.Object); err != nil {
+			s.log.Warn("delete a call's upload", "object", f.Object, "err", err)
+		}
+	}
 }
 
 // follow reads the execution's events until its end, sending each as a progress

@@ -61,6 +61,15 @@ func connectStdio(t *testing.T, natsURL string, opts *mcp.ClientOptions) *mcp.Cl
 // connectHTTP runs `worker mcp --http 127.0.0.1:0` in the test's process and connects
 // to the address it announces on stderr.
 func connectHTTP(t *testing.T, natsURL string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	u := startMCPHTTP(t, natsURL)
+	httpClient := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(httpClient.CloseIdleConnections) // before the server stops: cleanups run last first
+	return connectClient(t, &mcp.StreamableClientTransport{Endpoint: u, HTTPClient: httpClient}, opts)
+}
+
+// startMCPHTTP runs `worker mcp --http 127.0.0.1:0` with args in the test's process,
+// stopped at cleanup, and returns its endpoint's URL.
+func startMCPHTTP(t *testing.T, natsURL string, args ...string) string {
 	ctx, stop := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
@@ -71,7 +80,7 @@ func connectHTTP(t *testing.T, natsURL string, opts *mcp.ClientOptions) *mcp.Cli
 		return ""
 	}
 	go func() {
-		done <- run(ctx, []string{"mcp", "--http", "127.0.0.1:0", "--timeout", "20s"}, env, strings.NewReader(""), io.Discard, pw)
+		done <- run(ctx, append([]string{"mcp", "--http", "127.0.0.1:0", "--timeout", "20s"}, args...), env, strings.NewReader(""), io.Discard, pw)
 		pw.Close()
 	}()
 	url := make(chan string, 1)
@@ -84,9 +93,7 @@ func connectHTTP(t *testing.T, natsURL string, opts *mcp.ClientOptions) *mcp.Cli
 			t.Log(sc.Text())
 		}
 	}()
-	httpClient := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(func() {
-		httpClient.CloseIdleConnections()
 		stop()
 		if err := <-done; err != nil {
 			t.Errorf("worker mcp --http: %v", err)
@@ -94,13 +101,13 @@ func connectHTTP(t *testing.T, natsURL string, opts *mcp.ClientOptions) *mcp.Cli
 	})
 	select {
 	case u := <-url:
-		return connectClient(t, &mcp.StreamableClientTransport{Endpoint: u, HTTPClient: httpClient}, opts)
+		return u
 	case err := <-done:
 		t.Fatalf("worker mcp --http ended: %v", err)
 	case <-time.After(time.Minute):
 		t.Fatal("worker mcp --http announced no address")
 	}
-	return nil
+	return ""
 }
 
 func connectClient(t *testing.T, tr mcp.Transport, opts *mcp.ClientOptions) *mcp.ClientSession {
