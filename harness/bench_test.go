@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/jazzmine/worker/internal/proc"
 )
 
 // BenchmarkExecuteTrivial measures one trivial execution through the Executor and a
@@ -71,4 +73,63 @@ func BenchmarkStartProcess(b *testing.B) {
 	}
 	b.StopTimer()
 	reportPercentiles(b, lat)
+}
+
+// BenchmarkForkCost measures the CPU one trivial execution costs each process of a
+// local harness, from /proc: the harness itself, the zygote (its forks) and the
+// children (their runs and exits, as the zygote reaps them), with no tool and with one
+// async tool, which brings asyncio into what every child is forked from. It shows
+// what the zygote's memory costs each job: a fork copies, and an exit tears down, a
+// page table entry for every page of it.
+func BenchmarkForkCost(b *testing.B) {
+	asyncTool := "import asyncio\n\nasync def pause():\n    await asyncio.sleep(0)\n"
+	for _, c := range []struct {
+		name  string
+		tools map[string]string
+	}{{"no-tools", nil}, {"async-tool", map[string]string{"pause.py": asyncTool}}} {
+		b.Run(c.name, func(b *testing.B) {
+			h := startHarness(b, c.tools)
+			kids, err := proc.Children(h.PID())
+			if err != nil || len(kids) != 1 {
+				b.Skipf("the harness's zygote from /proc: %v %v", kids, err)
+			}
+			zygote := kids[0]
+			ticks := func(pid int) (self, reaped int64) {
+				self, reaped, err := proc.CPUTicks(pid)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return self, reaped
+			}
+			var e Executor
+			run := func(id string) {
+				res, err := e.Run(context.Background(), h.Conn, Request{ExecutionID: id, Script: "emit_result(1)"}, nil)
+				if err != nil || !res.Success {
+					b.Fatalf("run: %v %+v", err, res)
+				}
+				h.settle(b, res)
+			}
+			for i := range 20 { // the first executions allocate what later ones reuse
+				run(fmt.Sprintf("w%d", i))
+			}
+			h0, _ := ticks(h.PID())
+			z0, c0 := ticks(zygote)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				run(fmt.Sprintf("b%d", i))
+			}
+			b.StopTimer()
+			h1, _ := ticks(h.PID())
+			z1, c1 := ticks(zygote)
+			perOp := func(t int64) float64 { return float64(t) * 1e6 / proc.ClockTicks / float64(b.N) }
+			b.ReportMetric(perOp(h1-h0), "harness-µs/op")
+			b.ReportMetric(perOp(z1-z0), "zygote-µs/op")
+			b.ReportMetric(perOp(c1-c0), "children-µs/op")
+			anon, err := proc.StatusKB(zygote, "RssAnon")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(anon), "zygote-anon-kB")
+		})
+	}
 }

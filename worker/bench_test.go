@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/jazzmine/worker/client"
+	"github.com/jazzmine/worker/internal/proc"
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/wire"
 	"github.com/jazzmine/worker/worker"
@@ -340,7 +340,11 @@ func memory(b *testing.B, embedded bool) {
 	}
 	time.Sleep(2 * time.Second) // returned containers reset, the worker settles
 	b.ResetTimer()
-	values := map[string]float64{"worker_rss_mb": float64(rssKB(b, pid)) / 1024}
+	kb, err := proc.StatusKB(pid, "VmRSS")
+	if err != nil {
+		b.Fatal(err)
+	}
+	values := map[string]float64{"worker_rss_mb": float64(kb) / 1024}
 	ids := testenv.ContainersOf(b, id)
 	if len(ids) != 4 {
 		b.Fatalf("worker %s has %d containers, want 4", id, len(ids))
@@ -357,25 +361,6 @@ func memory(b *testing.B, embedded bool) {
 		b.ReportMetric(v, strings.ReplaceAll(k, "_", "-"))
 	}
 	testenv.Record(b, "", nil, values)
-}
-
-// rssKB is VmRSS of process pid, in KiB.
-func rssKB(b *testing.B, pid int) int {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for line := range strings.Lines(string(data)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb
-		}
-	}
-	b.Fatal("no VmRSS in /proc/<pid>/status")
-	return 0
 }
 
 // containerMemory is a container's memory from Docker's stats, in MiB: the cgroup's

@@ -9,12 +9,11 @@ import (
 	"image"
 	_ "image/png" // image.DecodeConfig reads the charts
 	"io"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jazzmine/worker/internal/proc"
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/internal/testworker"
 	"github.com/jazzmine/worker/sandboxpool"
@@ -194,17 +193,8 @@ func (pattern) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// rss is the resident set of process pid, in bytes.
+// rss is the resident set of process pid, in bytes; 0 once it has gone.
 func rss(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	kb, _ := proc.StatusKB(pid, "VmRSS")
+	return kb << 10
 }

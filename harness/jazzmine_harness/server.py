@@ -85,6 +85,7 @@ class Harness:
         gc.collect()
         gc.freeze()  # the children never touch the parent's objects' GC headers
         self.zygote = Zygote(self.tools)
+        artifacts.init()
         self.limits, self.zygote_limits = Limits(os.getpid()), Limits(self.zygote.pid)
         self.warm = self._fork()
         # The specs are made after the zygote was forked: nothing of them is in what the
