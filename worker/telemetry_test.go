@@ -80,10 +80,7 @@ func TestTracesFollowAJobFromTheAgentIntoTheContainerAndBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := stream.GetLastMsgForSubject(ctx, wire.EventSubject(res.ExecutionID, wire.EventScriptDone))
-	if err != nil {
-		t.Fatal(err)
-	}
+	msg := testenv.StoredMsg(t, stream, wire.EventSubject(res.ExecutionID, wire.EventScriptDone))
 	if tp := msg.Header.Get("traceparent"); !strings.Contains(tp, agent.TraceID().String()) {
 		t.Errorf("script_done's traceparent = %q, want the agent's trace %s", tp, agent.TraceID())
 	}

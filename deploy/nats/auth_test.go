@@ -108,10 +108,7 @@ func TestAnAgentMaySubmitCancelAndReadButNothingElse(t *testing.T) {
 	}
 	// In the fleet's account the tenant's events carry its token.
 	resultSubject := wire.EventSubject("agents."+res.ExecutionID, wire.EventFinalResult)
-	before, err := events.GetLastMsgForSubject(ctx, resultSubject)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := testenv.StoredMsg(t, events, resultSubject)
 	refused("forge the execution's result", wire.EventSubject(res.ExecutionID, wire.EventFinalResult), nats.Header{wire.HeaderContentType: {wire.ContentTypeJSON}})
 	after, err := events.GetLastMsgForSubject(ctx, resultSubject)
 	if err != nil || after.Sequence != before.Sequence {

@@ -156,12 +156,7 @@ emit_result(text)`})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The client saw the result as the worker published it; the fleet's stream
-	// stores it once its replicas agree, which may be a moment later.
-	testenv.WaitFor(t, 30*time.Second, "the job's script_done in the fleet's events stream, under the tenant agents", func() bool {
-		_, err := events.GetLastMsgForSubject(ctx, wire.EventSubject("agents."+res.ExecutionID, wire.EventScriptDone))
-		return err == nil
-	})
+	testenv.StoredMsg(t, events, wire.EventSubject("agents."+res.ExecutionID, wire.EventScriptDone))
 
 	run(env, "compose.sh", "down") // SIGTERM to the workers first, then the nodes
 	for _, id := range workerIDs {

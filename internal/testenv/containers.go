@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/sandboxpool"
 )
@@ -48,4 +49,21 @@ func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// StoredMsg returns the last message of subject in stream, waiting up to 30 s
+// for the stream to store it: an agent sees an event on its subscription as
+// the worker publishes it, and the stream stores it a moment later (after its
+// replicas agree, in a cluster).
+func StoredMsg(t testing.TB, stream jetstream.Stream, subject string) *jetstream.RawStreamMsg {
+	t.Helper()
+	var msg *jetstream.RawStreamMsg
+	WaitFor(t, 30*time.Second, subject+" in the stream", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		msg, err = stream.GetLastMsgForSubject(ctx, subject)
+		return err == nil
+	})
+	return msg
 }
