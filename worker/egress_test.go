@@ -124,7 +124,7 @@ func (w *egressWorld) serve() {
 	w.t.Helper()
 	w.n++
 	w.worker = startProcess(w.t, w.config, w.srv.ClientURL(), fmt.Sprintf("egress-%s-%d", w.suffix, w.n))
-	testenv.WaitFor(w.t, 3*time.Minute, "the worker to serve", func() bool { return strings.Contains(w.worker.log.String(), "msg=serving") })
+	w.worker.serving(w.t)
 	onTargets := w.docker("inspect", "-f", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}", imagebuild.ProxyContainer)
 	if !slices.Contains(strings.Fields(onTargets), w.net) {
 		w.docker("network", "connect", w.net, imagebuild.ProxyContainer)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -54,6 +55,14 @@ func startProcess(t testing.TB, config, url, id string) *workerProcess {
 		testenv.RemoveContainersOf(t, id) // a killed worker's, if the test failed before the reaper ran
 	})
 	return p
+}
+
+// serving waits until the worker says it serves: its streams, buckets and consumers
+// are made (a job or session call published before its consumer exists waits for
+// nobody: the session opener delivers new calls only).
+func (p *workerProcess) serving(t testing.TB) {
+	t.Helper()
+	testenv.WaitFor(t, 3*time.Minute, "worker "+p.id+" to serve", func() bool { return strings.Contains(p.log.String(), "msg=serving") })
 }
 
 // stop ends the worker with SIGTERM, as an operator would, and checks that it left

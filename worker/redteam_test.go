@@ -362,7 +362,7 @@ func TestAnAttackerWhoReadTheCodeReachesNothingOfOthers(t *testing.T) {
 	config := writeConfigWith(t, "", "pool: {size: 2, max_overflow: 0}")
 	id := fmt.Sprintf("redteam-%d", time.Now().UnixNano()%1_000_000)
 	p := startProcess(t, config, srv.ClientURL(), id)
-	testenv.WaitFor(t, 3*time.Minute, "the worker to serve", func() bool { return strings.Contains(p.log.String(), "msg=serving") })
+	p.serving(t)
 	rt := &redTeam{a: newAgent(t, nc)}
 	for _, at := range redTeamAttacks {
 		t.Run(at.name, func(t *testing.T) {

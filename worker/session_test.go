@@ -189,7 +189,7 @@ func TestAKilledWorkersSessionsAreLost(t *testing.T) {
 	srv, nc := testenv.NATS(t)
 	testenv.SandboxImage(t)
 	w := startProcess(t, writeConfig(t, ""), srv.ClientURL(), newID("killed"))
-	newFilesAgent(t, nc) // waits for the worker's streams
+	w.serving(t)
 	c := newSessionClient(t, nc)
 	s := c.NewSession("default")
 	first := mustSucceed(t, call(t, s, "x = 1"))

@@ -25,13 +25,33 @@ func TestEventsTheStreamCannotTakeForAWhileAreStoredOnceItCan(t *testing.T) {
 	}
 	cfg := stream.CachedInfo().Config
 	id := newID("outage")
+	// The test follows the job on a plain subscription, which the worker's publishes
+	// reach with or without a stream: the outage begins once the script has printed and
+	// ends once it has ended, whatever the machine's pace.
+	live, err := nc.SubscribeSync(wire.EventsWildcard(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = live.Unsubscribe() }()
+	next := func(typ string) {
+		t.Helper()
+		for {
+			msg, err := live.NextMsg(time.Minute)
+			if err != nil {
+				t.Fatalf("waiting for the job's %s: %v", typ, err)
+			}
+			if msg.Subject == wire.EventSubject(id, typ) {
+				return
+			}
+		}
+	}
 	a.submit(wire.ContentTypeMsgpack, wire.Job{ExecutionID: id, Sandbox: "default", TimeoutSec: 30,
-		Script: "print('going', flush=True)\nimport time\ntime.sleep(1)\nemit_result('kept')"})
-	testenv.WaitFor(t, time.Minute, "the job to start", func() bool { return find(a.allEvents(id), wire.EventStdout) != nil })
+		Script: "print('going', flush=True)\nimport time\ntime.sleep(3)\nemit_result('kept')"})
+	next(wire.EventStdout)
 	if err := a.js.DeleteStream(ctx, wire.StreamEvents); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second) // the outage: the script ends within it, and its events find no stream
+	next(wire.EventScriptDone) // the script ended in the outage: its end found no stream
 	if _, err := a.js.CreateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
