@@ -50,14 +50,16 @@ The modules, each one concern:
   run       one execution as the parent supervises it
   session   a session's calls in one kept child, and the session's loss
   artifacts the files an execution leaves, collected after it, and their limits
+  boot      the start, up to the zygote: what every child inherits
   server    the executor loop: requests, executions, resets
-Importing the package imports every module of it, before the protocol's descriptors
-are moved and any execution begins: the harness imports nothing of its own later.
+Importing the package imports what the zygote and its children run; boot.main imports
+the rest (server and what only it uses) once the zygote is forked, so that no child
+holds it, and before any script runs: the harness imports nothing of its own later.
 
 Standard library only; Python 3.11+.
 """
 
 from . import mpl  # noqa: F401 (imported by matplotlib only, in a child: imported now like the rest)
-from .server import main
+from .boot import main
 
 __all__ = ["main"]

@@ -4,7 +4,7 @@ figure (display.show_figures) and closes them. The figures a script leaves open 
 displayed when it ends (child.run_script).
 
 Matplotlib is the script's, not the harness's: most images have none, and the package
-imports every module at start. So nothing of matplotlib's is imported here until
+imports its modules at start. So nothing of matplotlib's is imported here until
 matplotlib loads this module as its backend, in a child whose script uses pyplot, and
 asks it for its canvas (__getattr__)."""
 

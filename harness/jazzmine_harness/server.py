@@ -5,7 +5,6 @@ one kills what the execution left, checks what it cannot undo, wipes the scratch
 directories and says reset_done. A session's calls run in a child kept between them,
 with nothing killed or wiped until the session ends (session)."""
 
-import gc
 import json
 import os
 import select
@@ -15,14 +14,13 @@ import time
 
 from . import artifacts, config, system
 from . import protocol as p
-from .child import warm_up
 from .inputs import Inputs
 from .limits import Limits, OomCounter, Retire
 from .run import HARD_KILL_GRACE, Run
 from .scratch import Scratch, SysvIpc
 from .session import Session
-from .tools import load_tools, preload, tool_specs
-from .zygote import Child, Zygote
+from .tools import tool_specs
+from .zygote import Child
 
 # Longest wait, on reset, for the next child to finish warming up.
 WARM_WAIT = 0.5
@@ -33,16 +31,18 @@ MAX_REQUEST_BYTES = 16 << 20
 
 
 class Harness:
-    def __init__(self, in_fd=0, out_fd=1):
+    def __init__(self, in_fd, out_fd, zygote, tools, tool_errors):
+        """A harness on the protocol stream in_fd and out_fd, whose children zygote
+        forks, with the tools loaded (see boot)."""
         self.in_fd = in_fd
         self.out = p.Out(out_fd)
         self.inbuf = bytearray()
         self.discarding = False  # inside a request line over MAX_REQUEST_BYTES
         self.pending = []  # requests read but not yet handled
-        self.tools = {}
-        self.tool_errors = []
+        self.tools = tools
+        self.tool_errors = tool_errors
         self.warm = None  # the next child, forked ahead of its request
-        self.zygote = None
+        self.zygote = zygote
         # The cgroup's OOM-kill count when no script was running: a script killed by
         # SIGKILL while it rose ran out of memory. Read off the critical path.
         self.oom_kills = None
@@ -61,30 +61,9 @@ class Harness:
     # -- startup ----------------------------------------------------------------------
 
     def start(self):
-        # Same-uid processes (a script's leftovers) may not ptrace us or open /proc/<pid>/mem
-        # or /proc/<pid>/fd; orphaned descendants are reparented to us, so reset finds them.
-        system.prctl(system.PR_SET_DUMPABLE, 0)
-        system.prctl(system.PR_SET_CHILD_SUBREAPER, 1)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-        # No handler for anything a process can send: as a container's PID 1 the kernel
-        # then drops every signal sent from inside the container, SIGKILL and SIGSTOP
-        # too (pid_namespaces(7)). Python's own SIGINT handler would let a script end us.
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        # Before anything imports matplotlib: it reads its backend when imported. Ours is
-        # Agg that displays what plt.show() shows, so it replaces a plain Agg (the
-        # datascience image's default) too; any other backend set is the sandbox's own.
-        if os.environ.get("MPLBACKEND", "").lower() in ("", "agg"):
-            os.environ["MPLBACKEND"] = config.MPLBACKEND
-        preload_errors = preload(config.PRELOAD)
-        self.tools, self.tool_errors = load_tools(config.TOOLS_DIR)
-        self.tool_errors += preload_errors
         system.nonblock(self.in_fd)
         self.idle_poll.register(self.in_fd, select.POLLIN)
         self.oom_kills = self.oom.read()
-        warm_up(self.tools)
-        gc.collect()
-        gc.freeze()  # the children never touch the parent's objects' GC headers
-        self.zygote = Zygote(self.tools)
         artifacts.init()
         self.limits, self.zygote_limits = Limits(os.getpid()), Limits(self.zygote.pid)
         self.warm = self._fork()
@@ -449,7 +428,3 @@ class Harness:
                     os.waitpid(pid, 0)
                 except ChildProcessError:
                     pass
-
-
-def main():
-    sys.exit(Harness(*p.protocol_fds()).serve())

@@ -12,11 +12,26 @@ from harness_process import HARNESS_DIR, PACKAGE_DIR, HarnessProcess
 
 MODULES = sorted("jazzmine_harness" + ("" if n == "__init__.py" else "." + n[:-3]) for n in os.listdir(PACKAGE_DIR) if n.endswith(".py") and n != "__main__.py")
 
+# The modules that only the harness runs, imported by boot.main once the zygote is forked.
+HARNESS_ONLY = sorted("jazzmine_harness." + m for m in ("server", "run", "session", "artifacts", "inputs", "paths", "scratch"))
+
+# What a child starts with: the package but what only the harness runs.
+CHILD_MODULES = sorted(set(MODULES) - set(HARNESS_ONLY))
+
 
 class ImportsTest(unittest.TestCase):
-    def test_importing_the_package_imports_every_module(self):
+    def test_importing_the_package_imports_what_the_children_run(self):
         out = subprocess.run(
             [sys.executable, "-B", "-P", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import jazzmine_harness; print(*sorted(m for m in sys.modules if m.split('.')[0] == 'jazzmine_harness'))", HARNESS_DIR],
+            capture_output=True, text=True, check=True,
+        )
+        self.assertEqual(out.stdout.split(), CHILD_MODULES)
+
+    def test_the_package_and_its_server_are_every_module(self):
+        # boot.main imports server once the zygote is forked: with it, nothing is left
+        # that the harness would import later.
+        out = subprocess.run(
+            [sys.executable, "-B", "-P", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import jazzmine_harness.server; print(*sorted(m for m in sys.modules if m.split('.')[0] == 'jazzmine_harness'))", HARNESS_DIR],
             capture_output=True, text=True, check=True,
         )
         self.assertEqual(out.stdout.split(), MODULES)
@@ -27,8 +42,9 @@ class ImportsTest(unittest.TestCase):
         # and matplotlib's Agg, which mpl takes when matplotlib loads it as its backend
         # (matplotlib is the script's; the harness must start without it). And inspect,
         # which tool_specs imports in the harness for its ready event: before any script,
-        # after the zygote is forked, so that no child has it.
-        allowed = {("tools.py", "asyncio"), ("tools.py", "inspect"), ("mpl.py", "matplotlib.backend_bases"), ("mpl.py", "matplotlib.backends.backend_agg")}
+        # after the zygote is forked, so that no child has it; and server, which boot imports
+        # then for the same reason (with the modules only it uses).
+        allowed = {("boot.py", None), ("tools.py", "asyncio"), ("tools.py", "inspect"), ("mpl.py", "matplotlib.backend_bases"), ("mpl.py", "matplotlib.backends.backend_agg")}
         for name in sorted(os.listdir(PACKAGE_DIR)):
             if not name.endswith(".py"):
                 continue
@@ -79,13 +95,14 @@ class ReachTest(unittest.TestCase):
         # The child shares the zygote's memory, and the single-file harness offered a
         # script its module; split in modules, the package offers no more: no module
         # holds the harness, its stream, a run, the zygote or a child, only /proc held
-        # open (as the single file did).
+        # open (as the single file did). The modules only the harness runs (its loop,
+        # the wipe) are not in a child at all.
         h = HarnessProcess()
         self.addCleanup(h.close)
         h.send(type="execute", execution_id="r1", script=REACH, nonce="n-reach")
         events = h.until("script_done")
         results = [e["data"] for e in events if e["type"] == "final_result"]
-        self.assertEqual(results, [{"modules": MODULES, "live": ["jazzmine_harness.system._PROC: Dir"]}], events)
+        self.assertEqual(results, [{"modules": CHILD_MODULES, "live": ["jazzmine_harness.system._PROC: Dir"]}], events)
 
 
 if __name__ == "__main__":
