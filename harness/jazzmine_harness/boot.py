@@ -24,6 +24,7 @@ def main():
     # "the harness imports nothing of its own in a function" (test_package).
     from . import server
 
+    gc.freeze()  # as the harness had them before: out of its collections' way
     sys.exit(server.Harness(in_fd, out_fd, zygote, tools, tool_errors).serve())
 
 
