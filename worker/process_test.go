@@ -58,8 +58,8 @@ func startProcess(t testing.TB, config, url, id string) *workerProcess {
 }
 
 // serving waits until the worker says it serves: its streams, buckets and consumers
-// are made (a job or session call published before its consumer exists waits for
-// nobody: the session opener delivers new calls only).
+// are made (a job or session call published before its stream exists fails: no
+// stream answers it).
 func (p *workerProcess) serving(t testing.TB) {
 	t.Helper()
 	testenv.WaitFor(t, 3*time.Minute, "worker "+p.id+" to serve", func() bool { return strings.Contains(p.log.String(), "msg=serving") })

@@ -118,6 +118,10 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 	}
 	switch {
 	case entry == nil:
+		if s.answered(ctx, msg) {
+			_ = msg.Ack() // while no worker served its sandbox (triage.go)
+			return
+		}
 		s.claim(ctx, sandbox, id, msg)
 		return
 	case entry.Sandbox != sandbox:
@@ -125,7 +129,7 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	case entry.State == sessionOpen:
-		if ended, err := s.events.ended(ctx, msg.Headers().Get(wire.HeaderMsgID)); err == nil && ended {
+		if s.answered(ctx, msg) {
 			_ = msg.Ack() // its owner ran it
 			return
 		}
@@ -142,6 +146,17 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 	}
 	s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason))
 	_ = msg.Ack()
+}
+
+// answered reports whether the call has its end in the events stream. A call with no
+// id of its own has none; an error of the stream counts as none.
+func (s *sessions) answered(ctx context.Context, msg jetstream.Msg) bool {
+	key := msg.Headers().Get(wire.HeaderMsgID)
+	if key == "" {
+		return false
+	}
+	ended, err := s.events.ended(ctx, key)
+	return err == nil && ended
 }
 
 // watchDelay is how long the opener waits before it looks at a call of a live

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/client"
 	"github.com/jazzmine/worker/internal/testenv"
@@ -205,6 +207,95 @@ func TestAKilledWorkersSessionsAreLost(t *testing.T) {
 	res := call(t, s, "emit_result(x)")
 	if res.Success || res.ErrorKind != wire.KindSessionLost || !strings.Contains(res.Error, w.id) {
 		t.Errorf("the call after the worker died: %v %s: %s (worker %s); want session_lost naming the dead worker", res.Success, res.ErrorKind, res.Error, res.WorkerID)
+	}
+}
+
+// TestASessionCallWaitsForTheFirstWorkerOfItsSandbox: the sessions stream is there
+// (a fleet ran before) and no worker of the sandbox has run yet. A call published
+// then waits in the stream and runs when the first worker comes, as a job would; a
+// call that a running worker of other sandboxes answered meanwhile (unknown sandbox)
+// does not run later.
+func TestASessionCallWaitsForTheFirstWorkerOfItsSandbox(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.StreamSessions, Subjects: []string{wire.SessionWildcard}}); err != nil {
+		t.Fatal(err)
+	}
+	c := newSessionClient(t, nc)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	waiting := make(chan *client.Result, 1)
+	go func() {
+		res, err := c.NewSession("default").Run(ctx, wire.Job{Mode: wire.ModeInteractive, Script: "emit_result(7)"})
+		if err != nil {
+			res = &client.Result{Error: err.Error()}
+		}
+		waiting <- res
+	}()
+	stream, err := js.Stream(t.Context(), wire.StreamSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the call stored", func() bool {
+		info, err := stream.Info(t.Context())
+		return err == nil && info.State.Msgs == 1
+	})
+
+	startBareWorker(t, nc, func(c *worker.Config) { c.Sandboxes[0].Name = "other" }, nil)
+	refused := call(t, c.NewSession("default"), "emit_result(8)")
+	if refused.ErrorKind != wire.KindInvalidJob || !strings.Contains(refused.Error, "unknown sandbox") {
+		t.Fatalf("a call no worker serves: %v %s: %s; want invalid_job, unknown sandbox", refused.Success, refused.ErrorKind, refused.Error)
+	}
+
+	startWorker(t, nc, 1, 0, nil)
+	if res := mustSucceed(t, <-waiting); res.FinalData != int64(7) {
+		t.Errorf("the waiting call's result: %v, want 7", res.FinalData)
+	}
+	opener, err := js.Consumer(t.Context(), wire.StreamSessions, wire.SessionOpenerName("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the opener done with both calls", func() bool {
+		info, err := opener.Info(t.Context())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+	events, err := js.Stream(t.Context(), wire.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.GetLastMsgForSubject(t.Context(), wire.EventSubject(refused.ExecutionID, wire.EventStarted)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("the refused call %s started once a worker served its sandbox (%v)", refused.ExecutionID, err)
+	}
+}
+
+// TestAWorkerStartsOverAnOpenerOfAnEarlierVersion: openers used to deliver only new
+// calls, and JetStream updates no consumer's deliver policy; a worker of this version
+// starts beside one and leaves its policy.
+func TestAWorkerStartsOverAnOpenerOfAnEarlierVersion(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.StreamSessions, Subjects: []string{wire.SessionWildcard}}); err != nil {
+		t.Fatal(err)
+	}
+	name := wire.SessionOpenerName("default")
+	if _, err := js.CreateConsumer(t.Context(), wire.StreamSessions, jetstream.ConsumerConfig{
+		Durable: name, FilterSubject: wire.SessionSandboxWildcard("default"), DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	startBareWorker(t, nc, nil, nil)
+	opener, err := js.Consumer(t.Context(), wire.StreamSessions, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := opener.CachedInfo().Config; got.DeliverPolicy != jetstream.DeliverNewPolicy || got.MaxDeliver != -1 {
+		t.Errorf("the opener after the worker started: deliver policy %v, max deliver %d; want the old policy kept and the rest updated", got.DeliverPolicy, got.MaxDeliver)
 	}
 }
 

@@ -119,11 +119,15 @@ func (w *Worker) ensureConsumers(ctx context.Context) error {
 			return fmt.Errorf("create or update consumer for sandbox %q: %w", sb.Name, err)
 		}
 		w.producer.consumers[sb.Name] = cons
-		opener, err := w.js.CreateOrUpdateConsumer(ctx, wire.StreamSessions, jetstream.ConsumerConfig{
+		opener, err := w.ensureOpener(ctx, jetstream.ConsumerConfig{
 			Durable:       wire.SessionOpenerName(sb.Name),
 			Description:   "calls of sandbox " + sb.Name + "'s sessions, to open and answer for them",
 			FilterSubject: wire.SessionSandboxWildcard(sb.Name),
-			DeliverPolicy: jetstream.DeliverNewPolicy,
+			// From the first call stored, as the jobs consumer: a call published
+			// while no worker served the sandbox yet runs when the first one comes.
+			// One that another worker answered meanwhile (an unknown sandbox) has its
+			// end, and the opener skips it (session.go).
+			DeliverPolicy: jetstream.DeliverAllPolicy,
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       c.AckWait,
 			MaxDeliver:    -1,
@@ -135,6 +139,20 @@ func (w *Worker) ensureConsumers(ctx context.Context) error {
 		w.sessions.openers[sb.Name] = opener
 	}
 	return nil
+}
+
+// ensureOpener creates or updates a session opener. An opener a fleet made before
+// keeps its deliver policy, which JetStream does not let an update change (openers
+// used to deliver only the calls stored after they were made).
+func (w *Worker) ensureOpener(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	old, err := w.js.Consumer(ctx, wire.StreamSessions, cfg.Durable)
+	switch {
+	case err == nil:
+		cfg.DeliverPolicy, cfg.OptStartTime = old.CachedInfo().Config.DeliverPolicy, old.CachedInfo().Config.OptStartTime
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return nil, err
+	}
+	return w.js.CreateOrUpdateConsumer(ctx, wire.StreamSessions, cfg)
 }
 
 // consumerExists reports whether any worker of the fleet serves the sandbox.

@@ -167,7 +167,8 @@ func identify(h nats.Header, data []byte) (id, ct string, meta map[string]string
 }
 
 // seeSession is see for a session call: one of a sandbox no worker serves (no opener
-// consumer) gets invalid_job. It stays in the sessions stream until its max age.
+// consumer) gets invalid_job. It stays in the sessions stream until its max age; an
+// opener made later skips it, since it has its end (session.go).
 func (t *triage) seeSession(m *nats.Msg) {
 	sandbox, _, err := wire.ParseSessionSubject(m.Subject)
 	if err != nil || t.served[sandbox] {
