@@ -210,12 +210,10 @@ func TestAKilledWorkersSessionsAreLost(t *testing.T) {
 	}
 }
 
-// TestASessionCallWaitsForTheFirstWorkerOfItsSandbox: the sessions stream is there
-// (a fleet ran before) and no worker of the sandbox has run yet. A call published
-// then waits in the stream and runs when the first worker comes, as a job would; a
-// call that a running worker of other sandboxes answered meanwhile (unknown sandbox)
-// does not run later.
-func TestASessionCallWaitsForTheFirstWorkerOfItsSandbox(t *testing.T) {
+// sessionsStreamOfEarlierFleet starts a NATS server whose sessions stream is there,
+// as a fleet of other sandboxes (or an earlier run) left it, and no worker.
+func sessionsStreamOfEarlierFleet(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	_, nc := testenv.NATS(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -224,6 +222,16 @@ func TestASessionCallWaitsForTheFirstWorkerOfItsSandbox(t *testing.T) {
 	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.StreamSessions, Subjects: []string{wire.SessionWildcard}}); err != nil {
 		t.Fatal(err)
 	}
+	return nc, js
+}
+
+// TestASessionCallWaitsForTheFirstWorkerOfItsSandbox: the sessions stream is there
+// (a fleet ran before) and no worker of the sandbox has run yet. A call published
+// then waits in the stream and runs when the first worker comes, as a job would; a
+// call that a running worker of other sandboxes answered meanwhile (unknown sandbox)
+// does not run later.
+func TestASessionCallWaitsForTheFirstWorkerOfItsSandbox(t *testing.T) {
+	nc, js := sessionsStreamOfEarlierFleet(t)
 	c := newSessionClient(t, nc)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -275,14 +283,7 @@ func TestASessionCallWaitsForTheFirstWorkerOfItsSandbox(t *testing.T) {
 // calls, and JetStream updates no consumer's deliver policy; a worker of this version
 // starts beside one and leaves its policy.
 func TestAWorkerStartsOverAnOpenerOfAnEarlierVersion(t *testing.T) {
-	_, nc := testenv.NATS(t)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.StreamSessions, Subjects: []string{wire.SessionWildcard}}); err != nil {
-		t.Fatal(err)
-	}
+	nc, js := sessionsStreamOfEarlierFleet(t)
 	name := wire.SessionOpenerName("default")
 	if _, err := js.CreateConsumer(t.Context(), wire.StreamSessions, jetstream.ConsumerConfig{
 		Durable: name, FilterSubject: wire.SessionSandboxWildcard("default"), DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy,
