@@ -34,7 +34,10 @@ def prepare():
     what it holds. Returns the tools and the errors of loading them."""
     # Same-uid processes (a script's leftovers) may not ptrace us or open /proc/<pid>/mem
     # or /proc/<pid>/fd; orphaned descendants are reparented to us, so reset finds them.
+    # Checked: a harness left dumpable would run every script beside a zygote it may read.
     system.prctl(system.PR_SET_DUMPABLE, 0)
+    if system.dumpable() != 0:
+        sys.exit("harness: could not make itself non-dumpable (prctl): refusing to run scripts")
     system.prctl(system.PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     # No handler for anything a process can send: as a container's PID 1 the kernel

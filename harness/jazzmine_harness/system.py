@@ -17,6 +17,7 @@ import signal
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_GET_DUMPABLE = 3
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -36,6 +37,14 @@ def prctl(option, value):
         return libc().prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def dumpable():
+    """PR_GET_DUMPABLE: 0 when the process is not dumpable, -1 when it cannot tell."""
+    try:
+        return libc().prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        return -1
 
 
 def close_all_but(*keep):

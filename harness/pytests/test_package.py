@@ -104,6 +104,18 @@ class ReachTest(unittest.TestCase):
         results = [e["data"] for e in events if e["type"] == "final_result"]
         self.assertEqual(results, [{"modules": CHILD_MODULES, "live": ["jazzmine_harness.system._PROC: Dir"]}], events)
 
+    def test_a_script_runs_in_a_process_no_other_can_read(self):
+        # Non-dumpable (PR_GET_DUMPABLE 0): no process of the same uid, a script's
+        # leftovers included, may ptrace it or read its /proc/<pid>/mem, environ or fd.
+        # A child inherits it from the zygote, so this fails too when the harness forks
+        # the zygote before it makes itself non-dumpable.
+        h = HarnessProcess()
+        self.addCleanup(h.close)
+        script = "import ctypes\nemit_result(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"
+        h.send(type="execute", execution_id="d1", script=script, nonce="n-dump")
+        events = h.until("script_done")
+        self.assertEqual([e["data"] for e in events if e["type"] == "final_result"], [0], events)
+
 
 if __name__ == "__main__":
     unittest.main()
