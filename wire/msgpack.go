@@ -286,15 +286,19 @@ func (s *scanner) at(err error, format string, where any) error {
 // check checks that a value of format f, code c and data holds what kind k
 // allows. Nil is allowed everywhere but in a map key: it leaves a field empty.
 func check(k kind, f format, c byte, data []byte) error {
-	switch {
-	case f == fNil && k != keyKind:
+	if f == fNil && k != keyKind {
 		return nil
-	case kinds[k].formats&(1<<f) == 0 && k == keyKind:
-		return fmt.Errorf("map keys must be strings, got %s", formatNames[f])
-	case kinds[k].formats&(1<<f) == 0 && k == valueKind:
-		return fmt.Errorf("got %s, which JSON cannot carry", formatNames[f])
-	case kinds[k].formats&(1<<f) == 0:
+	}
+	if kinds[k].formats&(1<<f) == 0 {
+		switch k {
+		case keyKind:
+			return fmt.Errorf("map keys must be strings, got %s", formatNames[f])
+		case valueKind:
+			return fmt.Errorf("got %s, which JSON cannot carry", formatNames[f])
+		}
 		return fmt.Errorf("want %s, got %s", kinds[k].want, formatNames[f])
+	}
+	switch {
 	case k == intKind && f == fUint && uintOf(data) > math.MaxInt64:
 		return fmt.Errorf("%d is too large for a signed 64-bit integer", uintOf(data))
 	case k == uintKind && f == fInt && intOf(c, data) < 0:

@@ -148,7 +148,8 @@ func (w *Worker) ensureOpener(ctx context.Context, cfg jetstream.ConsumerConfig)
 	old, err := w.js.Consumer(ctx, wire.StreamSessions, cfg.Durable)
 	switch {
 	case err == nil:
-		cfg.DeliverPolicy, cfg.OptStartTime = old.CachedInfo().Config.DeliverPolicy, old.CachedInfo().Config.OptStartTime
+		kept := old.CachedInfo().Config
+		cfg.DeliverPolicy, cfg.OptStartTime = kept.DeliverPolicy, kept.OptStartTime
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
 		return nil, err
 	}

@@ -28,8 +28,8 @@ FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 def init():
     """Reads the MIME type tables from the image's files, before any script runs. The
     harness calls it once the zygote is forked: only the harness guesses types, and
-    the tables (~0.5 MB) would be copied by every fork (each MB the zygote holds costs
-    a fork and an exit ~0.1 ms of CPU: docs/PERFORMANCE.md)."""
+    the tables (~0.4 MB) would be copied by every fork (each MB of data the zygote
+    holds costs a fork and an exit ~0.03 ms of CPU: docs/PERFORMANCE.md)."""
     mimetypes.init()
 
 
