@@ -118,7 +118,11 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 	}
 	switch {
 	case entry == nil:
-		if s.answered(ctx, msg) {
+		switch answered, err := s.answered(ctx, msg); {
+		case err != nil:
+			_ = msg.NakWithDelay(time.Second) // not claimed on a guess: it may have run
+			return
+		case answered:
 			_ = msg.Ack() // while no worker served its sandbox (triage.go)
 			return
 		}
@@ -129,7 +133,7 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	case entry.State == sessionOpen:
-		if s.answered(ctx, msg) {
+		if answered, _ := s.answered(ctx, msg); answered {
 			_ = msg.Ack() // its owner ran it
 			return
 		}
@@ -148,15 +152,14 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 	_ = msg.Ack()
 }
 
-// answered reports whether the call has its end in the events stream. A call with no
-// id of its own has none; an error of the stream counts as none.
-func (s *sessions) answered(ctx context.Context, msg jetstream.Msg) bool {
+// answered reports whether the call has its end in the events stream, or the
+// stream's error. A call with no id of its own has none.
+func (s *sessions) answered(ctx context.Context, msg jetstream.Msg) (bool, error) {
 	key := msg.Headers().Get(wire.HeaderMsgID)
 	if key == "" {
-		return false
+		return false, nil
 	}
-	ended, err := s.events.ended(ctx, key)
-	return err == nil && ended
+	return s.events.ended(ctx, key)
 }
 
 // watchDelay is how long the opener waits before it looks at a call of a live
