@@ -100,9 +100,9 @@ class Harness:
     def serve(self):
         """Serves requests until stdin ends. Returns the exit code: 0, or 3 when the
         container must be retired (see Retire)."""
-        self.start()
         code = 0
         try:
+            self.start()  # its first fork may find the zygote lost already
             while not self.eof or self.pending:
                 req = self._next_request(None)
                 if req is None:

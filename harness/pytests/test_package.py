@@ -86,12 +86,16 @@ import sys, types
 mods = sorted(m for m in sys.modules if m.split(".")[0] == "jazzmine_harness")
 live = sorted("%s.%s: %s" % (m, k, type(v).__name__) for m in mods for k, v in vars(sys.modules[m]).items()
               if not isinstance(v, (type, types.FunctionType, types.ModuleType)) and type(v).__module__.split(".")[0] == "jazzmine_harness")
-emit_result({"modules": mods, "live": live})
+import gc
+anywhere = sorted({"%s.%s" % (type(o).__module__, type(o).__qualname__) for o in gc.get_objects()
+                   if type(o).__module__.split(".")[0] == "jazzmine_harness" and not isinstance(o, type)})
+zygotes = [[o.pid, o.sock] for o in gc.get_objects() if type(o).__qualname__ == "Zygote"]
+emit_result({"modules": mods, "live": live, "anywhere": anywhere, "zygotes": zygotes})
 """
 
 
 class ReachTest(unittest.TestCase):
-    def test_a_script_finds_no_harness_stream_request_or_zygote_in_the_modules(self):
+    def test_a_script_finds_no_harness_stream_request_or_zygote_in_the_modules_or_memory(self):
         # The child shares the zygote's memory, and the single-file harness offered a
         # script its module; split in modules, the package offers no more: no module
         # holds the harness, its stream, a run, the zygote or a child, only /proc held
@@ -102,7 +106,16 @@ class ReachTest(unittest.TestCase):
         h.send(type="execute", execution_id="r1", script=REACH, nonce="n-reach")
         events = h.until("script_done")
         results = [e["data"] for e in events if e["type"] == "final_result"]
-        self.assertEqual(results, [{"modules": CHILD_MODULES, "live": ["jazzmine_harness.system._PROC: Dir"]}], events)
+        # Nor does the memory the child shares with the zygote, searched by the garbage
+        # collector rather than by name: the child's own stream and requests, and the
+        # harness's side of the zygote as it was while the zygote was forked, holding
+        # neither its socket nor its pid (the harness sets both after the fork).
+        self.assertEqual(results, [{
+            "modules": CHILD_MODULES,
+            "live": ["jazzmine_harness.system._PROC: Dir"],
+            "anywhere": ["jazzmine_harness.child.ChildIO", "jazzmine_harness.child.Requests", "jazzmine_harness.zygote.Zygote"],
+            "zygotes": [[None, None]],
+        }], events)
 
     def test_a_script_runs_in_a_process_no_other_can_read(self):
         # Non-dumpable (PR_GET_DUMPABLE 0): no process of the same uid, a script's

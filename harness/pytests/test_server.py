@@ -2,10 +2,12 @@
 the executor loop, with every module under it). Run with `make test-python`."""
 
 import os
+import subprocess
+import sys
 import time
 import unittest
 
-from harness_process import HarnessProcess
+from harness_process import HARNESS_DIR, HarnessProcess
 from jazzmine_harness import protocol
 
 
@@ -155,6 +157,28 @@ class StoppedZygoteTest(unittest.TestCase):
             h.read()  # the stream ends: no reset_done
         self.assertEqual(h.p.wait(timeout=10), 3)
         self.assertLess(time.monotonic() - started, 3.0)
+
+    def test_a_zygote_lost_before_ready_retires_the_harness(self):
+        # The first fork, in start, before the ready line: a zygote that died at start
+        # (out of memory, say) is a retirement like any other, exit 3 with the reason,
+        # not a traceback and exit 1.
+        prog = (
+            "import os, sys\n"
+            "from jazzmine_harness import server\n"
+            "from jazzmine_harness.zygote import ZygoteLost\n"
+            "class Gone:\n"
+            "    pid = os.getpid()\n"
+            "    def fork(self, fds): raise ZygoteLost('the zygote is gone')\n"
+            "    def stop(self): pass\n"
+            "r, w = os.pipe()\n"
+            "sys.exit(server.Harness(r, sys.stdout.fileno(), Gone(), {}, {}).serve())\n"
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JAZZMINE_")}
+        done = subprocess.run([sys.executable, "-c", prog], cwd=HARNESS_DIR, env=env, capture_output=True, timeout=30)
+        self.assertEqual(done.returncode, 3, done.stderr.decode())
+        self.assertEqual(done.stdout, b"")  # no ready line
+        self.assertIn(b"the zygote is gone; exiting, the container must not be used again", done.stderr)
+        self.assertNotIn(b"Traceback", done.stderr)
 
 
 if __name__ == "__main__":
