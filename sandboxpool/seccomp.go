@@ -97,9 +97,10 @@ var deniedSyscalls = [][]string{
 	// over the namespaces it then makes (the first step of most container escapes; this
 	// kernel allows them to the unprivileged: with seccomp off, a sandbox made one); the
 	// default leaves these calls to CAP_SYS_ADMIN, which a sandbox never has. clone and
-	// clone3 stay as the default has them: clone is allowed only without namespace
-	// flags, and clone3 (whose flags seccomp cannot read) answers ENOSYS, which makes
-	// the C library fall back to clone. EPERM there would break every thread and fork.
+	// clone3 stay as the default has them (clone is allowed only without namespace
+	// flags, and clone3, whose flags seccomp cannot read, answers ENOSYS, which makes
+	// the C library fall back to clone; EPERM there would break every thread and fork),
+	// but for deniedCloneFlags.
 	{
 		"unshare", "setns",
 		"mount", "umount2", "mount_setattr", "move_mount", "open_tree",
@@ -115,6 +116,14 @@ var deniedSyscalls = [][]string{
 	//   - process_mrelease: it only frees sooner the memory of a process already being
 	//     killed.
 }
+
+// deniedCloneFlags are refused to clone on top of the namespace flags that Docker's
+// default refuses. CLONE_PARENT makes the new process its caller's sibling: a script's
+// would be the zygote's child, outside the script's process group and not an orphan
+// the harness inherits, so that only the harness's last sweep of the container's
+// processes would find it (a review's attack left such a process running through every
+// later execution of its container). Neither fork, threads nor posix_spawn use it.
+const deniedCloneFlags = unix.CLONE_PARENT
 
 // seccompOpts are the security options that give a sandbox the profile: its JSON
 // inline, as the docker CLI sends the file named by --security-opt seccomp=FILE. They
@@ -136,6 +145,13 @@ func seccompProfile() *seccomp.Seccomp {
 		}
 		if len(r.Names) > 0 || r.Name != "" {
 			rules = append(rules, r)
+		}
+		if slices.Equal(r.Names, []string{"clone"}) && r.Action == specs.ActAllow {
+			for i, a := range r.Args { // the flags, masked: allowed when none is set
+				if a.Op == specs.OpMaskedEqual && a.Value&unix.CLONE_NEWUSER != 0 {
+					r.Args[i].Value |= deniedCloneFlags
+				}
+			}
 		}
 	}
 	eperm := uint(unix.EPERM)

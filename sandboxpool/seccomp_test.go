@@ -100,6 +100,10 @@ if child == 0:
     os._exit(0)
 if child > 0:
     os.waitpid(child, 0)
+# A fork whose child would be the zygote's, beside the script rather than under it.
+child = probe("clone CLONE_PARENT", 56, 0x8000 | signal.SIGCHLD, 0, 0, 0, 0)
+if child == 0:
+    os._exit(0)
 probe("clone3", 435, 0, 0)
 probe("socket AF_VSOCK", 41, 40, 1, 0)  # a socket to the VM's host, network or not
 probe("socket AF_ALG", 41, 38, 5, 0)  # the kernel's crypto API
@@ -184,6 +188,7 @@ func TestTheSeccompProfileRefusesWhatReachesIntoOtherProcesses(t *testing.T) {
 			"process_vm_readv of itself":    syscall.EPERM,
 			"personality ADDR_NO_RANDOMIZE": syscall.EPERM,
 			"clone CLONE_NEWUSER":           syscall.EPERM,
+			"clone CLONE_PARENT":            syscall.EPERM,
 			"socket AF_VSOCK":               syscall.EPERM,
 			"socket AF_ALG":                 syscall.EPERM,
 			// Not EPERM on purpose: the C library falls back to clone on ENOSYS.

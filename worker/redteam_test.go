@@ -130,6 +130,62 @@ emit_result('planted')
 		},
 	},
 	{
+		name: "a daemon beside the script, the zygote's child, whose first thread ends alone",
+		// clone(CLONE_PARENT) makes the zygote its parent: outside the script's process
+		// group, and no orphan the harness inherits. Its first thread then ends with
+		// exit(2), so that its stat says Z while its other thread runs; the harness's
+		// last sweep skipped zombies. Together they outlived every execution of the
+		// container (a review's attack, x86-64 numbers). The same daemon from a setsid
+		// double fork too.
+		script: `import ctypes, os, sys
+DAEMON = """
+import ctypes, os, threading, time
+os.setsid()  # out of the script's process group
+def leave_a_mark():
+    while True:
+        try:
+            open('/workspace/daemon-was-here', 'w').close()
+        except OSError:
+            pass
+        time.sleep(0.01)
+threading.Thread(target=leave_a_mark).start()
+time.sleep(0.05)
+ctypes.CDLL(None).syscall(60, 0)  # exit(2): this thread only
+"""
+def become_the_daemon():
+    null = os.open('/dev/null', os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.closerange(3, 1 << 16)
+    os.execv(sys.executable, [sys.executable, '-c', DAEMON])
+libc = ctypes.CDLL(None, use_errno=True)
+pid = libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0)  # clone(CLONE_PARENT | SIGCHLD)
+if pid == 0:
+    become_the_daemon()
+print('clone CLONE_PARENT errno:', ctypes.get_errno() if pid < 0 else 0)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        become_the_daemon()
+    os._exit(0)
+os.wait()
+import time
+deadline = time.time() + 5  # both daemons' first threads have ended by then
+while pid > 0 and time.time() < deadline and open('/proc/%d/stat' % pid).read().rsplit(')', 1)[1].split()[0] != 'Z':
+    time.sleep(0.01)
+time.sleep(0.3)
+emit_result('planted')
+`,
+		judge: func(t *testing.T, evs []*wire.Event) {
+			ownResult("planted")(t, evs)
+			wantPrinted(t, evs, "clone CLONE_PARENT errno: 1")
+		},
+		// Later jobs find an empty workspace (the victims' check) and no other process.
+		probe: func(string) string {
+			return "import os\nothers = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]\nemit_result(others == [] or others)"
+		},
+	},
+	{
 		name: "open /proc/<pid>/fd, mem, environ and maps of every other process",
 		script: reached + `
 for pid in others():

@@ -2,6 +2,7 @@
 count of kills: resource limits and scheduling of the harness and the zygote, the
 cgroup's OOM-kill counter."""
 
+import ctypes
 import os
 import resource
 
@@ -14,8 +15,13 @@ class Retire(Exception):
     and the host retires the container."""
 
 
-# ioprio_get(2) by architecture: the standard library has no wrapper.
+# ioprio_get(2) and sched_getattr(2) by architecture: the standard library has no
+# wrapper.
 _SYS_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(os.uname().machine)
+_SYS_SCHED_GETATTR = {"x86_64": 315, "aarch64": 275}.get(os.uname().machine)
+
+# The size of struct sched_attr with the utilisation clamps (SCHED_ATTR_SIZE_VER1).
+_SCHED_ATTR_SIZE = 56
 
 
 def _ioprio(pid):
@@ -26,11 +32,25 @@ def _ioprio(pid):
     return system.libc().syscall(_SYS_IOPRIO_GET, 1, pid)
 
 
+def _sched(pid):
+    """The scheduling attributes of pid: sched_getattr's struct sched_attr (policy,
+    flags, nice, priority, the fair class's slice, deadline parameters, utilisation
+    clamps), or, where that call's number is not known here, the nice value, policy
+    and priority."""
+    if _SYS_SCHED_GETATTR is None:
+        return os.getpriority(os.PRIO_PROCESS, pid), os.sched_getscheduler(pid), os.sched_getparam(pid).sched_priority
+    attr = ctypes.create_string_buffer(_SCHED_ATTR_SIZE)
+    if system.libc().syscall(_SYS_SCHED_GETATTR, pid, attr, _SCHED_ATTR_SIZE, 0) != 0:
+        raise OSError(ctypes.get_errno(), "sched_getattr")
+    return attr.raw
+
+
 class Limits:
     """What a process of our uid may change on another of our uid without privilege,
     and a non-dumpable target does not prevent: its resource limits (prlimit), nice
-    value (setpriority), scheduling policy, CPU affinity and I/O priority (ioprio_set).
-    A change to the zygote's
+    value (setpriority), scheduling attributes (sched_setattr: policy, priority, the
+    fair class's slice, which a review found a script could set for every later
+    execution), CPU affinity and I/O priority (ioprio_set). A change to the zygote's
     would pass to every later execution (a lowered hard limit cannot be raised again
     without CAP_SYS_RESOURCE), a change to ours would break the harness: either means
     Retire. Read with one system call each, after every execution."""
@@ -45,9 +65,7 @@ class Limits:
         try:
             return (
                 tuple(resource.prlimit(self.pid, r) for r in self.RLIMITS),
-                os.getpriority(os.PRIO_PROCESS, self.pid),
-                os.sched_getscheduler(self.pid),
-                os.sched_getparam(self.pid).sched_priority,
+                _sched(self.pid),
                 frozenset(os.sched_getaffinity(self.pid)),
                 _ioprio(self.pid),
             )

@@ -25,6 +25,10 @@ from .zygote import Child
 # Longest wait, on reset, for the next child to finish warming up.
 WARM_WAIT = 0.5
 
+# Rounds of SIGKILL to every leftover process of the container (about 1 ms each) before
+# the container is retired with something still running.
+KILL_ROUNDS = 1000
+
 # Longest request line taken; the rest of a longer one is dropped, so that a host that
 # never sends a newline cannot grow the harness without bound.
 MAX_REQUEST_BYTES = 16 << 20
@@ -388,16 +392,23 @@ class Harness:
         if not config.IN_CONTAINER:
             self._kill_descendants()
             return
-        # Every other process of the PID namespace but us, PID 1 and the warm child:
-        # catches anything that escaped our subtree, though subreaping should leave none.
+        # Every other process of the PID namespace but us, the zygote and the warm
+        # child: catches anything that escaped our subtree, such as a process a script
+        # made the zygote's child (clone's CLONE_PARENT, which seccomp also denies).
+        # Zombies are left to their parent, the zygote or us, to reap; a zombie whose
+        # other threads run is not one (system.has_ended).
         me, uid = os.getpid(), os.getuid()
         keep = {1, me, self.zygote.pid, self.warm.pid if self.warm else None}
-        for _ in range(1000):
+        for rounds in range(KILL_ROUNDS + 1):
             others = [pid for pid in system.proc_pids() if pid not in keep]
             if others:  # the common case, nothing left, costs one listdir
-                others = [pid for pid in others if system.uid_of(pid) == uid and not system.is_zombie(pid)]
+                others = [pid for pid in others if system.uid_of(pid) == uid and not system.has_ended(pid)]
             if not others:
                 break
+            if rounds == KILL_ROUNDS:
+                # Something forks faster than it is killed, or cannot be killed: it
+                # would see the next execution.
+                raise Retire("processes of an execution outlived %d rounds of kills: %s" % (KILL_ROUNDS, sorted(others)[:8]))
             for pid in others:
                 try:
                     os.kill(pid, signal.SIGKILL)

@@ -178,5 +178,23 @@ def proc_state(pid):
         return None
 
 
-def is_zombie(pid):
-    return proc_state(pid) in (None, "Z")
+def has_ended(pid):
+    """Whether pid is gone or a zombie with nothing of it running. A process whose
+    first thread ended alone (exit(2), not exit_group(2)) shows Z in its stat while
+    its other threads run on: it has not ended, and a SIGKILL to pid ends them."""
+    state = proc_state(pid)
+    if state != "Z":
+        return state is None
+    dirfd = _PROC.fileno()
+    if dirfd is None:
+        return True
+    try:
+        fd = os.open("%d/task" % pid, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dirfd)
+    except OSError:
+        return True
+    try:
+        return len(os.listdir(fd)) <= 1  # the first thread, left for its parent to reap
+    except OSError:
+        return True
+    finally:
+        os.close(fd)

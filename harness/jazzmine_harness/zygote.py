@@ -157,6 +157,9 @@ class Zygote:
                     raise ZygoteLost("the zygote did not answer a fork request within %gs" % FORK_WAIT)
                 kind, pid, status = self._recv(min(left, CHECK_EVERY))
                 if kind == b"P":
+                    # An end reported for an earlier process of this pid (one the
+                    # zygote reaped but no child of ours) is not this child's.
+                    self.ended.pop(pid, None)
                     return pid
                 if kind is None:
                     self.check()

@@ -1,6 +1,7 @@
 """The harness's protocol end to end, over a real harness process (jazzmine_harness.server,
 the executor loop, with every module under it). Run with `make test-python`."""
 
+import json
 import os
 import subprocess
 import sys
@@ -179,6 +180,77 @@ class StoppedZygoteTest(unittest.TestCase):
         self.assertEqual(done.stdout, b"")  # no ready line
         self.assertIn(b"the zygote is gone; exiting, the container must not be used again", done.stderr)
         self.assertNotIn(b"Traceback", done.stderr)
+
+
+# A harness's leftover killer in a container (Harness._kill_leftovers), run in a process
+# of its own where /proc holds only the processes the program names: on a host it would
+# kill every process of the uid. Prints what the program says, as JSON.
+LEFTOVERS = """
+import ctypes, json, os, signal, sys, threading, time
+from jazzmine_harness import config, server, system
+config.IN_CONTAINER = True
+def harness(pids):
+    system.proc_pids = lambda: [p for p in pids if system.proc_state(p) is not None]
+    h = server.Harness.__new__(server.Harness)
+    h.zygote, h.warm = type("Zygote", (), {"pid": -1})(), None
+    return h
+"""
+
+
+class LeftoversTest(unittest.TestCase):
+    def run_program(self, program):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JAZZMINE_")}
+        done = subprocess.run([sys.executable, "-c", LEFTOVERS + program], cwd=HARNESS_DIR, env=env, capture_output=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr.decode())
+        return json.loads(done.stdout)
+
+    def test_a_process_whose_first_thread_ended_alone_is_killed(self):
+        # A script's daemon ends its first thread with exit(2), not exit_group(2): its
+        # stat says Z while its other threads run. The killer skipped zombies, so the
+        # daemon saw every later execution of its container (a review's attack, with a
+        # clone(CLONE_PARENT) that put it outside the script's process group).
+        sys_exit = {"x86_64": 60, "aarch64": 93}.get(os.uname().machine)
+        if sys_exit is None:
+            self.skipTest("exit(2)'s number is known for x86-64 and arm64 only")
+        out = self.run_program("""
+pid = os.fork()
+if pid == 0:
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 1), os.dup2(null, 2)
+    threading.Thread(target=time.sleep, args=(60,)).start()
+    ctypes.CDLL(None).syscall(%d, 0)  # exit(2): this thread only
+    os._exit(1)
+deadline = time.monotonic() + 10
+while system.proc_state(pid) != "Z" and time.monotonic() < deadline:
+    time.sleep(0.01)
+before = [system.proc_state(pid), system.has_ended(pid)]
+harness([pid])._kill_leftovers()
+after = system.proc_state(pid)
+if after is not None:  # the test fails; the daemon goes
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+print(json.dumps({"before": before, "after": after}))
+""" % sys_exit)
+        self.assertEqual(out, {"before": ["Z", False], "after": None})
+
+    def test_a_process_that_outlives_every_kill_retires_the_container(self):
+        out = self.run_program("""
+pid = os.fork()
+if pid == 0:
+    time.sleep(60)
+    os._exit(0)
+kill, server.KILL_ROUNDS = os.kill, 5
+os.kill = lambda p, sig: None if p == pid else kill(p, sig)  # a process no kill ends
+try:
+    harness([pid])._kill_leftovers()
+    said = None
+except server.Retire as e:
+    said = str(e)
+kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+print(json.dumps({"retire": said, "pid": pid}))
+""")
+        self.assertEqual(out["retire"], "processes of an execution outlived 5 rounds of kills: [%d]" % out["pid"])
 
 
 if __name__ == "__main__":
