@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -78,6 +80,11 @@ type publisher struct {
 // eventHeaderRoom is what an event's headers (message id, content type, trace
 // context) may take of the server's max payload.
 const eventHeaderRoom = 4 << 10
+
+// eventTraceRoom is what an event's trace headers may take of eventHeaderRoom. A job's
+// tracestate and baggage may be far larger (W3C allows 32 tracestate members of 512
+// bytes); an event carries the traceparent, then each other header that still fits.
+const eventTraceRoom = 2 << 10
 
 // publish sends ev after filling the fields every event carries. An event whose
 // payload cannot be encoded (a number JSON cannot carry, say) is replaced by an error
@@ -155,9 +162,11 @@ func (p *publisher) replace(ev *wire.Event, typ, msg string) *wire.Event {
 
 // fit makes an event of size bytes that the server would refuse (over its max
 // payload) into one it takes, and says what was cut: a result too large is an
-// output_limit error (and the script_done a failure), an intermediate is a warning,
-// the text of other events is cut short. A too-large event would otherwise fail to
-// publish, and the job run again.
+// output_limit error (and the script_done a failure), an intermediate is a warning, a
+// display keeps its image and a note for its text forms, the text of other events is
+// cut short, shorter each round while it does not fit (JSON may escape a byte as six),
+// and the metadata goes last. A too-large event would otherwise fail to publish, and
+// the job run again.
 func (p *publisher) fit(ev *wire.Event, size int) (*wire.Event, []byte, error) {
 	why := fmt.Sprintf("%d bytes, more than the %d an event may hold", size, p.maxData)
 	switch ev.Type {
@@ -167,19 +176,31 @@ func (p *publisher) fit(ev *wire.Event, size int) (*wire.Event, []byte, error) {
 		ev.Kind = wire.KindOutputLimit
 	case wire.EventIntermediate:
 		ev = p.replace(ev, wire.EventLog, fmt.Sprintf("intermediate %q not sent: it is %s", ev.Label, why))
+	case wire.EventDisplay:
+		ev.Data = map[string]any{"text/plain": "[display not sent: it is " + why + "]"}
 	case wire.EventScriptDone:
 		ev.FinalData = nil // the final_result event carried it
-		ev.Error = cut(ev.Error, p.maxData/4)
-	default:
-		for _, s := range []*string{&ev.Text, &ev.Message, &ev.Error, &ev.Traceback} {
-			*s = cut(*s, p.maxData/4)
+	}
+	texts := []*string{&ev.Text, &ev.Message, &ev.Error, &ev.Traceback}
+	whole := make([]string, len(texts))
+	for i, s := range texts {
+		whole[i] = *s
+	}
+	for n := p.maxData / 4; ; n /= 4 {
+		for i, s := range texts {
+			*s = cut(whole[i], n)
+		}
+		if n < 1<<10 {
+			ev.Metadata = nil
+		}
+		data, err := wire.EncodeEvent(p.ct, ev)
+		if err != nil || len(data) <= p.maxData {
+			return ev, data, err
+		}
+		if n == 0 {
+			return ev, nil, fmt.Errorf("the %s event is %d bytes even cut, more than %d", ev.Type, len(data), p.maxData)
 		}
 	}
-	data, err := wire.EncodeEvent(p.ct, ev)
-	if err == nil && len(data) > p.maxData {
-		err = fmt.Errorf("the %s event is %d bytes even cut, more than %d", ev.Type, len(data), p.maxData)
-	}
-	return ev, data, err
 }
 
 // cut shortens s to at most n bytes (on a rune boundary) and says so.
@@ -194,12 +215,24 @@ func cut(s string, n int) string {
 	return s[:end] + fmt.Sprintf(" [cut: %d of %d bytes]", end, len(s))
 }
 
-// traceFrom makes every event carry the trace context of ctx.
+// traceFrom makes every event carry the trace context of ctx, within eventTraceRoom:
+// the traceparent, then each other header, by name, that still fits.
 func (p *publisher) traceFrom(ctx context.Context, prop propagation.TextMapPropagator) {
 	c := wire.HeaderCarrier{}
 	prop.Inject(ctx, c)
-	if len(c) > 0 {
-		p.trace = c
+	others := slices.DeleteFunc(slices.Sorted(maps.Keys(c)), func(k string) bool { return k == "traceparent" })
+	kept, room := wire.HeaderCarrier{}, eventTraceRoom
+	for _, k := range append([]string{"traceparent"}, others...) {
+		size := len(k) + 4 // "k: v\r\n"
+		for _, v := range c[k] {
+			size += len(v)
+		}
+		if len(c[k]) > 0 && size <= room {
+			kept[k], room = c[k], room-size
+		}
+	}
+	if len(kept) > 0 {
+		p.trace = kept
 	}
 }
 

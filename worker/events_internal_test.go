@@ -1,13 +1,18 @@
 package worker
 
 import (
+	"encoding/json"
+	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/wire"
@@ -126,6 +131,86 @@ func TestAnEventTooLargeForTheServerIsCutAndSaysSo(t *testing.T) {
 	}
 	if ev := evs[3]; ev.Type != wire.EventScriptDone || ev.Success || ev.FinalData != nil || ev.Error != evs[2].Error {
 		t.Errorf("script_done %+v, want a failure that says why", ev)
+	}
+}
+
+// TestAnEventThatCannotBeCutOnceIsCutAgainNotRunAgain: a display whose text forms
+// are too large keeps its image and says so; an error whose traceback JSON escapes six
+// bytes for one is cut until it fits; metadata that leaves no room goes. Before, each
+// failed to publish "even cut", and the job ran again (a review sent a 2 MB display).
+func TestAnEventThatCannotBeCutOnceIsCutAgainNotRunAgain(t *testing.T) {
+	p, stream := eventsStream(t, 0, 4096)
+	html := `{"text/html":"` + strings.Repeat("x", 10_000) + `"}`
+	for _, ev := range []*wire.Event{
+		{Type: wire.EventDisplay, Data: json.RawMessage(html), Path: "display/1.png", Object: "obj", Size: 3},
+		{Type: wire.EventError, Kind: wire.KindScript, Error: "boom", Traceback: strings.Repeat("\x01", 10_000)},
+	} {
+		if err := p.publish(ev); err != nil {
+			t.Fatalf("publish %s: %v", ev.Type, err)
+		}
+	}
+	p.metadata = map[string]string{"big": strings.Repeat("m", 5000)}
+	if err := p.publish(&wire.Event{Type: wire.EventScriptDone, Error: "boom"}); err != nil {
+		t.Fatalf("publish script_done with metadata too large: %v", err)
+	}
+	if err := p.store(t.Context().Done(), slog.Default()); err != nil {
+		t.Fatalf("store: %v", err)
+	}
+	evs := stored(t, stream)
+	if len(evs) != 3 {
+		t.Fatalf("stored %d events, want 3", len(evs))
+	}
+	if ev := evs[0]; ev.Type != wire.EventDisplay || ev.Object != "obj" || ev.Path != "display/1.png" ||
+		!strings.HasPrefix(ev.Data.(map[string]any)["text/plain"].(string), "[display not sent: it is ") {
+		t.Errorf("display became %+v", ev)
+	}
+	if ev := evs[1]; ev.Type != wire.EventError || ev.Kind != wire.KindScript || ev.Error != "boom" || !strings.Contains(ev.Traceback, "[cut: ") {
+		t.Errorf("error became %s %s %q, traceback of %d bytes", ev.Type, ev.Kind, ev.Error, len(ev.Traceback))
+	}
+	if ev := evs[2]; ev.Type != wire.EventScriptDone || ev.Error != "boom" || ev.Metadata != nil {
+		t.Errorf("script_done became %+v", ev)
+	}
+}
+
+// TestAnEventCarriesTheTraceparentAndWhatFitsOfTheRest: a job's tracestate and
+// baggage may be as large as W3C allows (32 members of 512 bytes); events carry its
+// traceparent and what fits in eventTraceRoom, so that eventHeaderRoom holds. Before,
+// every event copied 24 KB of them, a result near the limit could not be published,
+// and the job ran again (a review's attack).
+func TestAnEventCarriesTheTraceparentAndWhatFitsOfTheRest(t *testing.T) {
+	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	var members, items []string
+	for i := range 32 {
+		members = append(members, fmt.Sprintf("k%03d%s=%s", i, strings.Repeat("a", 252), strings.Repeat("v", 256)))
+	}
+	for i := range 60 {
+		items = append(items, fmt.Sprintf("b%02d=%s", i, strings.Repeat("x", 125)))
+	}
+	parent := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	for _, tc := range []struct {
+		name       string
+		tracestate string
+		baggage    string
+		want       []string
+	}{
+		{"small", "vendor=value", "user=1", []string{"baggage", "traceparent", "tracestate"}},
+		{"as large as allowed", strings.Join(members, ","), strings.Join(items, ","), []string{"traceparent"}},
+		{"a large baggage", "vendor=value", strings.Join(items, ","), []string{"traceparent", "tracestate"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := prop.Extract(t.Context(), wire.HeaderCarrier{"traceparent": {parent}, "tracestate": {tc.tracestate}, "baggage": {tc.baggage}})
+			p := &publisher{}
+			p.traceFrom(ctx, prop)
+			size := 0
+			for k, vs := range p.trace {
+				for _, v := range vs {
+					size += len(k) + len(v) + 4
+				}
+			}
+			if got := slices.Sorted(maps.Keys(p.trace)); !slices.Equal(got, tc.want) || size > eventTraceRoom || p.trace.Get("traceparent") != parent {
+				t.Errorf("events carry %v (%d bytes), want %v within %d and the traceparent", got, size, tc.want, eventTraceRoom)
+			}
+		})
 	}
 }
 

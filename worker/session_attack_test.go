@@ -238,3 +238,27 @@ func TestSessionAttackOwnerDeemedDeadWhileRunning(t *testing.T) {
 		t.Errorf("a call its (alive) owner ran: the client got %s, events %v", describeRes(res), evs)
 	}
 }
+
+// TestSessionAttackAnOversizedDisplayRunsTheCallOnce: a call displays text forms larger
+// than an event may hold (2 MB of HTML, with a max_output_bytes the contract allows).
+// The worker could not publish that display, counted its events unstored and ran the
+// call again until its deliveries were used up: a counter it added to came back 3 (a
+// review's attack). The display is cut, the call runs once and succeeds.
+func TestSessionAttackAnOversizedDisplayRunsTheCallOnce(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 1, nil)
+	s := newSessionClient(t, nc).NewSession("default")
+	mustSucceed(t, call(t, s, "n = 0\nclass H:\n    def _repr_html_(self): return 'x' * 2_000_000"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := s.Run(ctx, wire.Job{Mode: wire.ModeInteractive, MaxOutputBytes: 4 << 20, Script: "n += 1\ndisplay(H())"})
+	if err != nil || !res.Success {
+		t.Fatalf("the displaying call: %s, %v", describeRes(res), err)
+	}
+	if len(res.Displays) != 1 || !strings.HasPrefix(res.Displays[0].Data["text/plain"], "[display not sent: it is ") {
+		t.Errorf("displays %+v, want one whose text forms say they were not sent", res.Displays)
+	}
+	if got := mustSucceed(t, call(t, s, "emit_result(n)")).FinalData; got != int64(1) {
+		t.Errorf("the call ran %v times in the session, want once", got)
+	}
+}
