@@ -18,7 +18,10 @@ import (
 //
 //  1. It creates the entry as "pending" (a second cancel of the same id stops here),
 //     and looks for the job in the jobs stream (queued or running, a work queue holds
-//     it until its ack): with none there the cancel is void, and the entry deleted.
+//     it until its ack). With none there, it asks who runs it, as in 2, for a session
+//     call (which the sessions stream holds); without an answer the cancel is void,
+//     and the entry deleted. A session call still waiting behind an earlier call of
+//     its session is not found: it runs.
 //  2. It asks the fleet, on jazzmine.internal.running.<id>, who runs the execution;
 //     the worker that does cancels it, answers, and publishes the cancelled events.
 //  3. Without an answer the job is queued (or has just ended: void, as in 1): the
@@ -77,18 +80,20 @@ func (c *canceller) coordinate(m *nats.Msg) {
 			return
 		}
 		// A job queued or running is in the jobs stream (a work queue holds a job
-		// until its ack): without one there, the cancel is void at once, and costs
-		// no wait for an answer nobody would give.
-		if !c.inQueue(ctx, ref, rev) {
+		// until its ack). A session call is not: it is in the sessions stream, which
+		// keeps calls after their end, so only the worker running it can say it runs.
+		// Without either, the cancel is void.
+		if !c.inQueue(ctx, ref) {
+			if !c.askRunning(ctx, key) {
+				c.void(ctx, ref, rev)
+			}
 			return
 		}
-		ask, stopAsk := context.WithTimeout(ctx, askRunningTimeout)
-		_, err = c.nc.RequestWithContext(ask, subjectRunning+key, nil)
-		stopAsk()
-		if err == nil {
+		if c.askRunning(ctx, key) {
 			return // the worker running it answered and publishes its end
 		}
-		if !c.inQueue(ctx, ref, rev) {
+		if !c.inQueue(ctx, ref) {
+			c.void(ctx, ref, rev)
 			return // it ended meanwhile
 		}
 		if _, err := c.kv.Update(ctx, key, []byte(cancelQueued), rev); err != nil {
@@ -105,22 +110,33 @@ func (c *canceller) coordinate(m *nats.Msg) {
 	})
 }
 
+// askRunning asks the fleet who runs the execution with key, and reports whether the
+// worker running it answered: it cancels it and publishes its end.
+func (c *canceller) askRunning(ctx context.Context, key string) bool {
+	ask, stop := context.WithTimeout(ctx, askRunningTimeout)
+	defer stop()
+	_, err := c.nc.RequestWithContext(ask, subjectRunning+key, nil)
+	return err == nil
+}
+
 // inQueue reports whether a job of ref is in the jobs stream (an error counts as
-// yes: the cancel stands). When there is none, the cancel is void: its entry, of
-// revision rev, is deleted (a worker that took the job meanwhile changed the entry,
-// and the delete fails), and a job published later under the id runs.
-func (c *canceller) inQueue(ctx context.Context, ref execRef, rev uint64) bool {
+// yes: the cancel stands).
+func (c *canceller) inQueue(ctx context.Context, ref execRef) bool {
 	queued, err := c.queued(ctx, ref)
 	if err != nil {
 		c.log.Warn("look for a cancelled job in the queue; taken as queued", "execution_id", ref, "err", err)
 		return true
 	}
-	if !queued {
-		if err := c.kv.Delete(ctx, ref.key(), jetstream.LastRevision(rev)); err == nil {
-			c.log.Info("a cancel named no queued or running job: ignored", "execution_id", ref)
-		}
-	}
 	return queued
+}
+
+// void drops a cancel that named nothing queued or running: its entry, of revision
+// rev, is deleted (a worker that took the job meanwhile changed the entry, and the
+// delete fails), and a job published later under the id runs.
+func (c *canceller) void(ctx context.Context, ref execRef, rev uint64) {
+	if err := c.kv.Delete(ctx, ref.key(), jetstream.LastRevision(rev)); err == nil {
+		c.log.Info("a cancel named no queued or running job: ignored", "execution_id", ref)
+	}
 }
 
 // queuedScanMax bounds how many of a tenant's queued jobs one cancel reads; past it

@@ -137,6 +137,10 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 			_ = msg.Ack() // its owner ran it
 			return
 		}
+		if wire.ValidateID("execution id", msg.Headers().Get(wire.HeaderMsgID)) != nil {
+			_ = msg.Ack() // its owner refuses it, and no end is ever published for it
+			return
+		}
 		if s.alive(entry, id, touched) {
 			_ = msg.NakWithDelay(watchDelay(msg))
 			return

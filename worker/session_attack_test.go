@@ -262,3 +262,94 @@ func TestSessionAttackAnOversizedDisplayRunsTheCallOnce(t *testing.T) {
 		t.Errorf("the call ran %v times in the session, want once", got)
 	}
 }
+
+// TestSessionAttackARunningCallIsCancelled: a cancel of a session call that runs. The
+// coordinator looked for the call in the jobs stream only, found none there (a session
+// call is in the sessions stream) and took the cancel as void: the call ran its 20 s
+// to a success, holding its container (a review found it; the MCP server cancels a
+// call its client cancels this way).
+func TestSessionAttackARunningCallIsCancelled(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 1, nil)
+	s := newSessionClient(t, nc).NewSession("default")
+	mustSucceed(t, call(t, s, "pass"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e, err := s.Submit(ctx, wire.Job{Mode: wire.ModeInteractive, Script: "print('up', flush=True)\nimport time\ntime.sleep(20)\nemit_result('ran to its end')", TimeoutSec: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for ev := range e.Events() {
+		if ev.Type == wire.EventStdout {
+			break
+		}
+	}
+	if err := e.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := waitWithin(t, e, 10*time.Second)
+	if res == nil || res.ErrorKind != wire.KindCancelled {
+		t.Errorf("the running session call: %s, want cancelled within 10 s", describeRes(res))
+	}
+}
+
+// TestSessionAttackOneSessionsQueueStallsNoOtherSession: one session queues 1,001 calls
+// behind a long one, and another agent then opens a session of the same sandbox. The
+// opener watches every call of a live session until it has its end; at its default of
+// 1,000 unacknowledged calls it took no more, and the other agent's first call got no
+// answer (a review's attack: no answer within 45 s, against 5 ms).
+func TestSessionAttackOneSessionsQueueStallsNoOtherSession(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	attacker := newSessionClient(t, nc).NewSession("default")
+	mustSucceed(t, call(t, attacker, "pass"))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acks []jetstream.PubAckFuture
+	for i := range 1001 {
+		script := "pass"
+		if i == 0 {
+			script = "import time\ntime.sleep(90)"
+		}
+		id := newID("queued")
+		data, err := wire.EncodeJob(wire.ContentTypeJSON, &wire.Job{ExecutionID: id, Sandbox: "default", SessionID: attacker.ID, Mode: wire.ModeInteractive, Script: script, TimeoutSec: 120})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg(wire.SessionSubject("default", attacker.ID))
+		m.Header.Set(wire.HeaderMsgID, id)
+		m.Header.Set(wire.HeaderContentType, wire.ContentTypeJSON)
+		m.Data = data
+		f, err := js.PublishMsgAsync(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, f)
+	}
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatal(err)
+		}
+	}
+	// Until the opener has seen them all.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		opener, err := js.Consumer(ctx, wire.StreamSessions, wire.SessionOpenerName("default"))
+		if err == nil && opener.CachedInfo().NumPending == 0 {
+			break
+		}
+	}
+	victim := newSessionClient(t, nc).NewSession("default")
+	vctx, vcancel := context.WithTimeout(ctx, 45*time.Second)
+	defer vcancel()
+	res, err := victim.Run(vctx, wire.Job{Mode: wire.ModeInteractive, Script: "emit_result('opened')"})
+	if err != nil || !res.Success || res.FinalData != "opened" {
+		t.Errorf("another agent's first session call: %s, %v", describeRes(res), err)
+	}
+}

@@ -131,6 +131,10 @@ func (w *Worker) ensureConsumers(ctx context.Context) error {
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       c.AckWait,
 			MaxDeliver:    -1,
+			// Unlimited: the opener watches every call of a live session until it has
+			// its end (session.go), so one session's queue of calls held the default
+			// 1,000 and no other session of the sandbox could open (a review's attack).
+			MaxAckPending: -1,
 			Replicas:      c.Replicas,
 		})
 		if err != nil {
