@@ -181,7 +181,7 @@ func (p *publisher) fit(ev *wire.Event, size int) (*wire.Event, []byte, error) {
 	case wire.EventScriptDone:
 		ev.FinalData = nil // the final_result event carried it
 	}
-	texts := []*string{&ev.Text, &ev.Message, &ev.Error, &ev.Traceback}
+	texts := []*string{&ev.Text, &ev.Message, &ev.Error, &ev.Traceback, &ev.Level, &ev.Label} // the script's strings
 	whole := make([]string, len(texts))
 	for i, s := range texts {
 		whole[i] = *s

@@ -136,7 +136,8 @@ func TestAnEventTooLargeForTheServerIsCutAndSaysSo(t *testing.T) {
 
 // TestAnEventThatCannotBeCutOnceIsCutAgainNotRunAgain: a display whose text forms
 // are too large keeps its image and says so; an error whose traceback JSON escapes six
-// bytes for one is cut until it fits; metadata that leaves no room goes. Before, each
+// bytes for one is cut until it fits, and so is a log's level; metadata that leaves no
+// room goes. Before, each
 // failed to publish "even cut", and the job ran again (a review sent a 2 MB display).
 func TestAnEventThatCannotBeCutOnceIsCutAgainNotRunAgain(t *testing.T) {
 	p, stream := eventsStream(t, 0, 4096)
@@ -144,6 +145,7 @@ func TestAnEventThatCannotBeCutOnceIsCutAgainNotRunAgain(t *testing.T) {
 	for _, ev := range []*wire.Event{
 		{Type: wire.EventDisplay, Data: json.RawMessage(html), Path: "display/1.png", Object: "obj", Size: 3},
 		{Type: wire.EventError, Kind: wire.KindScript, Error: "boom", Traceback: strings.Repeat("\x01", 10_000)},
+		{Type: wire.EventLog, Level: strings.Repeat("l", 10_000), Message: "hi"}, // emit_log's level is the script's
 	} {
 		if err := p.publish(ev); err != nil {
 			t.Fatalf("publish %s: %v", ev.Type, err)
@@ -157,8 +159,8 @@ func TestAnEventThatCannotBeCutOnceIsCutAgainNotRunAgain(t *testing.T) {
 		t.Fatalf("store: %v", err)
 	}
 	evs := stored(t, stream)
-	if len(evs) != 3 {
-		t.Fatalf("stored %d events, want 3", len(evs))
+	if len(evs) != 4 {
+		t.Fatalf("stored %d events, want 4", len(evs))
 	}
 	if ev := evs[0]; ev.Type != wire.EventDisplay || ev.Object != "obj" || ev.Path != "display/1.png" ||
 		!strings.HasPrefix(ev.Data.(map[string]any)["text/plain"].(string), "[display not sent: it is ") {
@@ -167,7 +169,10 @@ func TestAnEventThatCannotBeCutOnceIsCutAgainNotRunAgain(t *testing.T) {
 	if ev := evs[1]; ev.Type != wire.EventError || ev.Kind != wire.KindScript || ev.Error != "boom" || !strings.Contains(ev.Traceback, "[cut: ") {
 		t.Errorf("error became %s %s %q, traceback of %d bytes", ev.Type, ev.Kind, ev.Error, len(ev.Traceback))
 	}
-	if ev := evs[2]; ev.Type != wire.EventScriptDone || ev.Error != "boom" || ev.Metadata != nil {
+	if ev := evs[2]; ev.Type != wire.EventLog || ev.Message != "hi" || !strings.Contains(ev.Level, "[cut: ") {
+		t.Errorf("log became %s %q, level of %d bytes", ev.Type, ev.Message, len(ev.Level))
+	}
+	if ev := evs[3]; ev.Type != wire.EventScriptDone || ev.Error != "boom" || ev.Metadata != nil {
 		t.Errorf("script_done became %+v", ev)
 	}
 }

@@ -35,14 +35,13 @@ def _ioprio(pid):
 def _sched(pid):
     """The scheduling attributes of pid: sched_getattr's struct sched_attr (policy,
     flags, nice, priority, the fair class's slice, deadline parameters, utilisation
-    clamps), or, where that call's number is not known here, the nice value, policy
-    and priority."""
-    if _SYS_SCHED_GETATTR is None:
-        return os.getpriority(os.PRIO_PROCESS, pid), os.sched_getscheduler(pid), os.sched_getparam(pid).sched_priority
-    attr = ctypes.create_string_buffer(_SCHED_ATTR_SIZE)
-    if system.libc().syscall(_SYS_SCHED_GETATTR, pid, attr, _SCHED_ATTR_SIZE, 0) != 0:
-        raise OSError(ctypes.get_errno(), "sched_getattr")
-    return attr.raw
+    clamps), or, where that call's number is not known here or the kernel does not
+    answer it (gVisor), the nice value, policy and priority."""
+    if _SYS_SCHED_GETATTR is not None:
+        attr = ctypes.create_string_buffer(_SCHED_ATTR_SIZE)
+        if system.libc().syscall(_SYS_SCHED_GETATTR, pid, attr, _SCHED_ATTR_SIZE, 0) == 0:
+            return attr.raw
+    return os.getpriority(os.PRIO_PROCESS, pid), os.sched_getscheduler(pid), os.sched_getparam(pid).sched_priority
 
 
 class Limits:

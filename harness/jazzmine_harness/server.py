@@ -121,7 +121,11 @@ class Harness:
         self.kill_child(self.warm)
         self.warm = None
         self.zygote.stop()
-        self._kill_leftovers()
+        try:
+            self._kill_leftovers()
+        except Retire as e:  # the container goes anyway
+            sys.stderr.write("harness: %s\n" % e)
+            code = 3
         return code
 
     def _handle(self, req):
@@ -399,16 +403,22 @@ class Harness:
         # other threads run is not one (system.has_ended).
         me, uid = os.getpid(), os.getuid()
         keep = {1, me, self.zygote.pid, self.warm.pid if self.warm else None}
+        ended_before = None
         for rounds in range(KILL_ROUNDS + 1):
-            others = [pid for pid in system.proc_pids() if pid not in keep]
+            others, ended = [pid for pid in system.proc_pids() if pid not in keep], set()
             if others:  # the common case, nothing left, costs one listdir
-                others = [pid for pid in others if system.uid_of(pid) == uid and not system.has_ended(pid)]
-            if not others:
+                others = [pid for pid in others if system.uid_of(pid) == uid]
+                ended = {pid for pid in others if system.has_ended(pid)}
+                others = [pid for pid in others if pid not in ended]
+            # A process that forked and ended since the listing is listed ended, and its
+            # child not at all: only the same ended ones twice mean that nothing runs.
+            if not others and (not ended or ended == ended_before):
                 break
             if rounds == KILL_ROUNDS:
                 # Something forks faster than it is killed, or cannot be killed: it
                 # would see the next execution.
-                raise Retire("processes of an execution outlived %d rounds of kills: %s" % (KILL_ROUNDS, sorted(others)[:8]))
+                raise Retire("processes of an execution outlived %d rounds of kills: %s" % (KILL_ROUNDS, sorted(others or ended)[:8]))
+            ended_before = ended
             for pid in others:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -439,3 +449,4 @@ class Harness:
                     os.waitpid(pid, 0)
                 except ChildProcessError:
                     pass
+        raise Retire("orphans of an execution outlived 10000 rounds of kills")

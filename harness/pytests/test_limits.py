@@ -48,6 +48,17 @@ class LimitsTest(unittest.TestCase):
         with self.assertRaises(limits.Retire):
             self.limits.check("the target")
 
+    def test_without_sched_getattr_the_rest_is_still_checked(self):
+        # gVisor answers sched_getattr with ENOSYS: the check must not turn off with it
+        # (a review found a baseline of None, which every later read matched).
+        number, limits._SYS_SCHED_GETATTR = limits._SYS_SCHED_GETATTR, 1 << 20  # no such call
+        self.addCleanup(setattr, limits, "_SYS_SCHED_GETATTR", number)
+        checked = limits.Limits(self.target.pid)
+        self.assertIsNotNone(checked.baseline)
+        os.setpriority(os.PRIO_PROCESS, self.target.pid, 19)
+        with self.assertRaises(limits.Retire):
+            checked.check("the target")
+
     def test_a_longer_time_slice_retires(self):
         # sched_setattr of SCHED_OTHER with a runtime: the fair class's slice (kernel
         # 6.12 and later), which every process the target forks inherits. A review's
