@@ -239,16 +239,23 @@ func TestSessionAttackOwnerDeemedDeadWhileRunning(t *testing.T) {
 	}
 }
 
+// openedSession starts a worker of one container that holds a session, and opens one
+// with its first call, script.
+func openedSession(t *testing.T, script string) *client.Session {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 1, nil)
+	s := newSessionClient(t, nc).NewSession("default")
+	mustSucceed(t, call(t, s, script))
+	return s
+}
+
 // TestSessionAttackAnOversizedDisplayRunsTheCallOnce: a call displays text forms larger
 // than an event may hold (2 MB of HTML, with a max_output_bytes the contract allows).
 // The worker could not publish that display, counted its events unstored and ran the
 // call again until its deliveries were used up: a counter it added to came back 3 (a
 // review's attack). The display is cut, the call runs once and succeeds.
 func TestSessionAttackAnOversizedDisplayRunsTheCallOnce(t *testing.T) {
-	_, nc := testenv.NATS(t)
-	startWorker(t, nc, 1, 1, nil)
-	s := newSessionClient(t, nc).NewSession("default")
-	mustSucceed(t, call(t, s, "n = 0\nclass H:\n    def _repr_html_(self): return 'x' * 2_000_000"))
+	s := openedSession(t, "n = 0\nclass H:\n    def _repr_html_(self): return 'x' * 2_000_000")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := s.Run(ctx, wire.Job{Mode: wire.ModeInteractive, MaxOutputBytes: 4 << 20, Script: "n += 1\ndisplay(H())"})
@@ -269,10 +276,7 @@ func TestSessionAttackAnOversizedDisplayRunsTheCallOnce(t *testing.T) {
 // to a success, holding its container (a review found it; the MCP server cancels a
 // call its client cancels this way).
 func TestSessionAttackARunningCallIsCancelled(t *testing.T) {
-	_, nc := testenv.NATS(t)
-	startWorker(t, nc, 1, 1, nil)
-	s := newSessionClient(t, nc).NewSession("default")
-	mustSucceed(t, call(t, s, "pass"))
+	s := openedSession(t, "pass")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e, err := s.Submit(ctx, wire.Job{Mode: wire.ModeInteractive, Script: "print('up', flush=True)\nimport time\ntime.sleep(20)\nemit_result('ran to its end')", TimeoutSec: 60})
