@@ -48,7 +48,7 @@ test-python: ## Python unit tests of the harness
 
 .PHONY: test-go
 test-go: ## Go tests with the race detector (real harness, real Docker, in-process NATS)
-	$(GO) test -race -count=1 $(GOTESTFLAGS) ./...
+	$(GO) test -race -count=1 -timeout 20m $(GOTESTFLAGS) ./...
 
 .PHONY: fuzz
 fuzz: ## A short run of every fuzz target (FUZZ_FAST or FUZZ_SLOW executions each)
