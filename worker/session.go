@@ -110,6 +110,13 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
+	key := msg.Headers().Get(wire.HeaderMsgID)
+	if wire.ValidateID("execution id", key) != nil {
+		// Nothing is ever published under a call with no valid id (decode owns none):
+		// its owner refuses it, and the opener would watch it for ever.
+		_ = msg.Ack()
+		return
+	}
 	entry, rev, touched, err := s.entry(ctx, id)
 	if err != nil {
 		s.log.Warn("look up a session", "session_id", id, "err", err)
@@ -118,7 +125,7 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 	}
 	switch {
 	case entry == nil:
-		switch answered, err := s.answered(ctx, msg); {
+		switch answered, err := s.events.ended(ctx, key); {
 		case err != nil:
 			_ = msg.NakWithDelay(time.Second) // not claimed on a guess: it may have run
 			return
@@ -133,12 +140,8 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	case entry.State == sessionOpen:
-		if answered, _ := s.answered(ctx, msg); answered {
+		if answered, _ := s.events.ended(ctx, key); answered {
 			_ = msg.Ack() // its owner ran it
-			return
-		}
-		if wire.ValidateID("execution id", msg.Headers().Get(wire.HeaderMsgID)) != nil {
-			_ = msg.Ack() // its owner refuses it, and no end is ever published for it
 			return
 		}
 		if s.alive(entry, id, touched) {
@@ -154,16 +157,6 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 	}
 	s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason))
 	_ = msg.Ack()
-}
-
-// answered reports whether the call has its end in the events stream, or the
-// stream's error. A call with no id of its own has none.
-func (s *sessions) answered(ctx context.Context, msg jetstream.Msg) (bool, error) {
-	key := msg.Headers().Get(wire.HeaderMsgID)
-	if key == "" {
-		return false, nil
-	}
-	return s.events.ended(ctx, key)
 }
 
 // watchDelay is how long the opener waits before it looks at a call of a live

@@ -296,6 +296,10 @@ func TestSessionAttackARunningCallIsCancelled(t *testing.T) {
 	if res == nil || res.ErrorKind != wire.KindCancelled {
 		t.Errorf("the running session call: %s, want cancelled within 10 s", describeRes(res))
 	}
+	// The call's process was killed with it: the session has ended, as README says.
+	if next := call(t, s, "emit_result(1)"); next.ErrorKind != wire.KindSessionLost {
+		t.Errorf("the call after the cancelled one: %s, want session_lost", describeRes(next))
+	}
 }
 
 // TestSessionAttackTheOpenerWatchesAnyNumberOfCalls: the opener watches every call of
@@ -339,4 +343,56 @@ func TestSessionAttackTheOpenerWatchesAnyNumberOfCalls(t *testing.T) {
 	if got := maxAckPending(); got != -1 {
 		t.Errorf("over an earlier opener, the opener holds at most %d unacknowledged calls, want no cap", got)
 	}
+}
+
+// TestSessionAttackACallWithNoValidIDOpensNothing: a session's first call whose
+// Nats-Msg-Id is no execution id (here a subject wildcard). Nothing can ever be
+// published under it, so the opener acks it at once: it neither opens a session for it
+// (a container held until the session's idle end) nor watches it, and the id never
+// reaches a subject (the opener looked it up in the events stream as it was).
+func TestSessionAttackACallWithNoValidIDOpensNothing(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 1, nil)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	c := newSessionClient(t, nc)
+	s := c.NewSession("default")
+	data, err := wire.EncodeJob(wire.ContentTypeJSON, &wire.Job{ExecutionID: "x", Sandbox: "default", SessionID: s.ID, Script: "pass"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(wire.SessionSubject("default", s.ID))
+	m.Header.Set(wire.HeaderMsgID, "x.*")
+	m.Header.Set(wire.HeaderContentType, wire.ContentTypeJSON)
+	m.Data = data
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	opener, err := js.Consumer(ctx, wire.StreamSessions, wire.SessionOpenerName("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		info, err := opener.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the opener still holds the call: %d pending, %d unacknowledged", info.NumPending, info.NumAckPending)
+		}
+	}
+	kv, err := js.KeyValue(ctx, worker.BucketSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entry, err := kv.Get(ctx, s.ID); err == nil {
+		t.Errorf("the call opened session %s: %s", s.ID, entry.Value())
+	}
+	mustSucceed(t, call(t, s, "emit_result(1)")) // its first real call opens it
 }

@@ -4,6 +4,7 @@ with `make test-python`."""
 
 import ctypes
 import os
+import resource
 import struct
 import subprocess
 import sys
@@ -42,8 +43,6 @@ class LimitsTest(unittest.TestCase):
             self.limits.check("the target")
 
     def test_a_lowered_limit_retires(self):
-        import resource
-
         resource.prlimit(self.target.pid, resource.RLIMIT_NOFILE, (64, 64))
         with self.assertRaises(limits.Retire):
             self.limits.check("the target")

@@ -3,6 +3,7 @@ the executor loop, with every module under it). Run with `make test-python`."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -277,6 +278,22 @@ print(json.dumps({"survived": survived, "retired": retired}))
 """)
         self.assertEqual(out["survived"], 0, out)
 
+    def test_orphans_that_outlive_every_round_retire_the_container(self):
+        # The orphan sweep (_kill_descendants) gave up silently after its rounds. A
+        # child that never goes stands for orphans that come faster than it kills.
+        out = self.run_program("""
+config.IN_CONTAINER = False
+h = harness([])
+system.children = lambda: [1 << 22]  # above pid_max: every kill and wait fails
+try:
+    h._kill_descendants()
+    said = None
+except server.Retire as e:
+    said = str(e)
+print(json.dumps({"retire": said}))
+""")
+        self.assertEqual(out["retire"], "orphans of an execution outlived 10000 rounds of kills")
+
     def test_a_process_that_outlives_every_kill_retires_the_container(self):
         out = self.run_program("""
 pid = os.fork()
@@ -295,6 +312,27 @@ os.waitpid(pid, 0)
 print(json.dumps({"retire": said, "pid": pid}))
 """)
         self.assertEqual(out["retire"], "processes of an execution outlived 5 rounds of kills: [%d]" % out["pid"])
+
+
+
+class ZygoteTest(unittest.TestCase):
+    def test_a_new_child_does_not_take_the_end_of_an_earlier_process_of_its_pid(self):
+        # The zygote reports the end of every child it reaps, a process a script made
+        # its child included; nobody claims that one. A child that later gets the same
+        # pid must not look ended at once.
+        from jazzmine_harness import zygote
+
+        z = zygote.Zygote.__new__(zygote.Zygote)
+        z.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.addCleanup(z.sock.close)
+        self.addCleanup(theirs.close)
+        z.pid, z.ended = os.getpid(), {4242: 9}  # reaped long ago, never claimed
+        theirs.send(zygote._ZMSG.pack(b"P", 4242, 0))  # the answer to the next fork
+        r, w = os.pipe()
+        self.addCleanup(os.close, r)
+        self.addCleanup(os.close, w)
+        self.assertEqual(z.fork([r, w]), 4242)
+        self.assertNotIn(4242, z.ended)
 
 
 if __name__ == "__main__":
