@@ -172,11 +172,19 @@ func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOpt
 	}
 }
 
+// createTimeout bounds a container's create, which Close waits for.
+const createTimeout = time.Minute
+
 // spawn creates, attaches, starts and waits for one container's harness. On failure
 // it removes what it created and says why, with the tail of the container's stderr.
 func (p *Pool) spawn(ctx context.Context, sb *sandbox) (*ctr, error) {
 	name := fmt.Sprintf("jazzmine-%s-%s", sb.cfg.Name, randomHex(4))
-	created, err := p.cfg.Docker.ContainerCreate(ctx, p.createOptions(&sb.cfg, name))
+	// The create is not cut short when ctx ends (Close): the engine goes on creating a
+	// container whose request was aborted, and its id would be lost, the container
+	// left behind in state created after Close's sweep. It is short, and bounded.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	created, err := p.cfg.Docker.ContainerCreate(cctx, p.createOptions(&sb.cfg, name))
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("create container for sandbox %q: %w", sb.cfg.Name, err)
 	}
@@ -187,6 +195,9 @@ func (p *Pool) spawn(ctx context.Context, sb *sandbox) (*ctr, error) {
 			err = fmt.Errorf("%w; container stderr: %s", err, tail)
 		}
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(fmt.Errorf("spawn for sandbox %q abandoned after its create: %w", sb.cfg.Name, err))
 	}
 	// Attach before start, so that no early byte of the harness is lost.
 	att, err := p.cfg.Docker.ContainerAttach(ctx, c.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})

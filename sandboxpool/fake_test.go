@@ -32,6 +32,8 @@ type engine struct {
 	// start, if set, says what the nth start (from 1) does; nil starts every
 	// container at once, and its harness says ready.
 	start func(n int) startPlan
+	// createDelay is how long each create takes.
+	createDelay time.Duration
 
 	mu         sync.Mutex // guards the fields below and every fakeCtr's oom
 	ctrs       map[string]*fakeCtr
@@ -69,17 +71,30 @@ func notFound(id string) error {
 	return fmt.Errorf("no such container %s: %w", id, errdefs.ErrNotFound)
 }
 
-func (e *engine) ContainerCreate(_ context.Context, o client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.ctrs == nil {
-		e.ctrs = map[string]*fakeCtr{}
+// ContainerCreate creates a container, after createDelay. Like the engine, it
+// finishes a create whose caller gave up: the call returns at once with the
+// caller's ctx error, and the container appears when the delay is over.
+func (e *engine) ContainerCreate(ctx context.Context, o client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
+	done := make(chan string, 1)
+	go func() {
+		time.Sleep(e.createDelay)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.ctrs == nil {
+			e.ctrs = map[string]*fakeCtr{}
+		}
+		e.creates++
+		id := fmt.Sprintf("c%011d%052d", e.creates, 0)
+		host, inside := net.Pipe()
+		e.ctrs[id] = &fakeCtr{id: id, labels: o.Config.Labels, created: time.Now(), host: host, inside: inside}
+		done <- id
+	}()
+	select {
+	case id := <-done:
+		return client.ContainerCreateResult{ID: id}, nil
+	case <-ctx.Done():
+		return client.ContainerCreateResult{}, ctx.Err()
 	}
-	e.creates++
-	id := fmt.Sprintf("c%011d%052d", e.creates, 0)
-	host, inside := net.Pipe()
-	e.ctrs[id] = &fakeCtr{id: id, labels: o.Config.Labels, created: time.Now(), host: host, inside: inside}
-	return client.ContainerCreateResult{ID: id}, nil
 }
 
 func (e *engine) ctr(id string) *fakeCtr {

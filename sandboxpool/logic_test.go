@@ -278,6 +278,29 @@ func TestLogicCloseIsIdempotentAndBoundedByItsContext(t *testing.T) {
 			}
 		})
 	})
+	t.Run("Close waits for a create under way and removes what it made", func(t *testing.T) {
+		logic(t, func(t *testing.T) {
+			// The engine finishes a create whose request was aborted: had the pool
+			// given up on it, the container would appear after Close, created and
+			// never started, with nobody to remove it.
+			e := &engine{createDelay: time.Second}
+			p := fakePool(t, e, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{fakeSandbox("s", 0, 1)}})
+			waited := make(chan error, 1)
+			go func() { _, err := p.Checkout(context.Background(), "s"); waited <- err }()
+			synctest.Wait()
+			began := time.Now()
+			if err := p.Close(context.Background()); err != nil || time.Since(began) != time.Second {
+				t.Errorf("close: %v after %v, want it to wait for the create's 1 s", err, time.Since(began))
+			}
+			if err := <-waited; !errors.Is(err, sandboxpool.ErrClosed) {
+				t.Errorf("the waiter: %v, want ErrClosed", err)
+			}
+			time.Sleep(time.Minute) // anything the engine still had to make, it has made
+			if live := e.live(); len(live) != 0 || e.createCount() != 1 {
+				t.Errorf("after Close: %d created, %v left, want the one created and removed", e.createCount(), live)
+			}
+		})
+	})
 }
 
 func TestLogicReleaseIsSafeTwice(t *testing.T) {
