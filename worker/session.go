@@ -29,7 +29,9 @@ import (
 //     the first call and delivers the calls in order, one at a time.
 //
 // The opener acks the calls of live sessions without doing anything: their owner's
-// consumer has them too.
+// consumer has them too. It keeps watching one call of each live session, its last
+// (see see): should the owner die, that call ends the session, and with it every
+// call of the session the owner left (answerAll).
 
 // Session states in BucketSessions.
 const (
@@ -54,6 +56,7 @@ type sessions struct {
 	events  *events
 	log     *slog.Logger
 	kv      jetstream.KeyValue // BucketSessions, set by ensureStreams
+	stream  jetstream.Stream   // StreamSessions, set by ensureStreams
 	openers map[string]jetstream.Consumer
 
 	mu      sync.Mutex
@@ -96,27 +99,56 @@ func (s *sessions) stop() {
 // open is an opener loop: one call at a time of the sandbox's sessions.
 func (s *sessions) open(ctx context.Context, sandbox string, cons jetstream.Consumer) {
 	defer s.loops.Done()
-	pullEach(ctx, cons, s.log.With("sandbox", sandbox), "a session call", func(msg jetstream.Msg) { s.see(ctx, sandbox, msg) })
+	last := lastCalls{}
+	pullEach(ctx, cons, s.log.With("sandbox", sandbox), "a session call", func(msg jetstream.Msg) { s.see(ctx, sandbox, msg, last) })
+}
+
+// lastCalls is an opener's note of the stream sequence of each session's last call
+// it knows of. A sequence only grows, so a note, however old, says that a call
+// before it is not its session's last.
+type lastCalls map[string]uint64
+
+// lastCallsMax bounds an opener's notes; past it they start over.
+const lastCallsMax = 4096
+
+// later reports whether session id has a call stored after the call at seq, from the
+// notes or, failing them, the stream.
+func (s *sessions) later(ctx context.Context, sandbox, id string, seq uint64, notes lastCalls) bool {
+	if notes[id] > seq {
+		return true
+	}
+	last, err := s.stream.GetLastMsgForSubject(ctx, wire.SessionSubject(sandbox, id))
+	if err != nil {
+		return false // watched, as it may be the last
+	}
+	if len(notes) >= lastCallsMax {
+		clear(notes)
+	}
+	notes[id] = last.Sequence
+	return last.Sequence > seq
 }
 
 // see decides what the opener does with a call. A call of an unknown session opens
 // it; a call of an ended session gets session_lost. A call of an open session is its
-// owner's to run, and the opener watches over it until it has its end: it looks again
-// later (a nak) while the call has none and the owner is alive, and ends the session
-// if the owner died first, so that no call is left in the consumer of a dead worker.
-func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
+// owner's to run. The opener watches over the session through its last call: it
+// looks at that call again later (a nak) while the call has no end and the owner is
+// alive, and ends the session if the owner died first, so that no call is left in
+// the consumer of a dead worker. An earlier call is acked at once: the owner runs the
+// calls in order, so the last one's end comes after theirs, and a dead owner's are
+// answered with it. (Every call was watched until it had its end before: one
+// session's thousands of queued calls kept the opener from the sandbox's other
+// sessions.) notes are the opener's notes of last calls.
+func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, notes lastCalls) {
 	_, id, err := wire.ParseSessionSubject(msg.Subject())
-	if err != nil { // the stream takes no other subject
+	meta, merr := msg.Metadata()
+	if err != nil || merr != nil { // the stream takes no other subject
 		_ = msg.Term()
 		return
 	}
+	// Nothing is ever published under a call with no valid id (decode owns none): it
+	// opens no session and has no end; its owner refuses it.
 	key := msg.Headers().Get(wire.HeaderMsgID)
-	if wire.ValidateID("execution id", key) != nil {
-		// Nothing is ever published under a call with no valid id (decode owns none):
-		// its owner refuses it, and the opener would watch it for ever.
-		_ = msg.Ack()
-		return
-	}
+	valid := wire.ValidateID("execution id", key) == nil
 	entry, rev, touched, err := s.entry(ctx, id)
 	if err != nil {
 		s.log.Warn("look up a session", "session_id", id, "err", err)
@@ -124,6 +156,9 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 		return
 	}
 	switch {
+	case entry == nil && !valid:
+		_ = msg.Ack()
+		return
 	case entry == nil:
 		switch answered, err := s.events.ended(ctx, key); {
 		case err != nil:
@@ -140,12 +175,18 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	case entry.State == sessionOpen:
-		if answered, _ := s.events.ended(ctx, key); answered {
-			_ = msg.Ack() // its owner ran it
+		if s.later(ctx, sandbox, id, meta.Sequence.Stream, notes) {
+			_ = msg.Ack() // the session's last call is watched
+			return
+		}
+		if answered, _ := s.events.ended(ctx, key); answered && valid {
+			_ = msg.Ack() // its owner ran it, and every call before it
 			return
 		}
 		if s.alive(entry, id, touched) {
-			_ = msg.NakWithDelay(watchDelay(msg))
+			// A last call with no valid id never has an end: it is watched while the
+			// session lives, or until a later call comes.
+			_ = msg.NakWithDelay(watchDelay(meta))
 			return
 		}
 		entry = &sessionEntry{Worker: entry.Worker, Sandbox: sandbox, State: sessionEnded, Reason: fmt.Sprintf("its worker %s died", entry.Worker)}
@@ -153,20 +194,61 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 			_ = msg.NakWithDelay(100 * time.Millisecond) // someone else changed it: look again
 			return
 		}
+		if err := s.answerAll(ctx, sandbox, id, entry.Reason); err != nil {
+			s.log.Warn("answer the calls of a dead worker's session", "session_id", id, "err", err)
+		}
 		_ = s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id))
 	}
-	s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason))
+	if valid {
+		s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason))
+	}
 	_ = msg.Ack()
+}
+
+// answerAll answers with session_lost every call of session id stored so far that
+// has no end, from the first its consumer has not acked (from the first of all when
+// the consumer is gone). The session's entry says it ended: a call stored after this
+// reads it is the opener's to answer.
+func (s *sessions) answerAll(ctx context.Context, sandbox, id, reason string) error {
+	subject := wire.SessionSubject(sandbox, id)
+	last, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("look up the last call: %w", err)
+	}
+	start := uint64(1)
+	if c, err := s.js.Consumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id)); err == nil {
+		start = c.CachedInfo().AckFloor.Stream + 1
+	}
+	if start > last.Sequence {
+		return nil
+	}
+	walk, err := s.js.OrderedConsumer(ctx, wire.StreamSessions, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    start,
+	})
+	if err != nil {
+		return fmt.Errorf("read the calls: %w", err)
+	}
+	text := fmt.Sprintf("session %s ended: %s", id, reason)
+	for {
+		msg, err := walk.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			return fmt.Errorf("read the calls: %w", err)
+		}
+		s.answer(sandbox, msg, wire.KindSessionLost, text)
+		if meta, err := msg.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
+			return err
+		}
+	}
 }
 
 // watchDelay is how long the opener waits before it looks at a call of a live
 // session again: 100 ms, then longer the longer the call runs, up to 5 s.
-func watchDelay(msg jetstream.Msg) time.Duration {
-	n := uint64(1)
-	if meta, err := msg.Metadata(); err == nil {
-		n = meta.NumDelivered
-	}
-	return min(time.Duration(n)*100*time.Millisecond, 5*time.Second)
+func watchDelay(meta *jetstream.MsgMetadata) time.Duration {
+	return min(time.Duration(meta.NumDelivered)*100*time.Millisecond, 5*time.Second)
 }
 
 // claim opens session id here for its first call msg, or, at this worker's limits,
@@ -304,7 +386,7 @@ func (s *sessions) expired(h *session, idleSince time.Time) string {
 // end marks the session ended with reason (later calls get session_lost saying it),
 // answers the calls its consumer still holds, deletes it and retires its container.
 func (s *sessions) end(ctx context.Context, h *session, reason string) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute) // answerAll is a call at a time
 	defer cancel()
 	entry := mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: h.sandbox, State: sessionEnded, Reason: reason})
 	if _, err := s.kv.Put(ctx, h.id, entry); err != nil {
@@ -313,13 +395,8 @@ func (s *sessions) end(ctx context.Context, h *session, reason string) {
 	if h.cons != nil {
 		// Calls that came before the entry said ended were left to this consumer by
 		// the opener: they get their session_lost here.
-		for {
-			msg, err := h.cons.Next(jetstream.FetchMaxWait(100 * time.Millisecond))
-			if err != nil {
-				break
-			}
-			s.answer(h.sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", h.id, reason))
-			_ = msg.Ack()
+		if err := s.answerAll(ctx, h.sandbox, h.id, reason); err != nil {
+			s.log.Warn("answer the calls left in an ended session", "session_id", h.id, "err", err)
 		}
 		_ = s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(h.id))
 	}

@@ -302,14 +302,13 @@ func TestSessionAttackARunningCallIsCancelled(t *testing.T) {
 	}
 }
 
-// TestSessionAttackTheOpenerWatchesAnyNumberOfCalls: the opener watches every call of
-// a live session until it has its end. At its default of 1,000 unacknowledged calls,
+// TestSessionAttackTheOpenerWatchesAnyNumberOfCalls: the opener watched every call of
+// a live session until it had its end. At its default of 1,000 unacknowledged calls,
 // one session's 1,001 queued calls kept every other session of the sandbox from
 // opening (a review's attack: no answer within 45 s, against 5 ms). It has no such
-// cap now, on a new fleet and on one whose opener an earlier version made. (Each
-// watched call still costs the opener a look every few seconds, one at a time:
-// thousands of them slow other sessions' opening, which README says; under the race
-// detector the 1,001 calls alone kept the opener busy past the test's patience.)
+// cap now, on a new fleet and on one whose opener an earlier version made: it holds
+// the last call of each live session, whatever their number (and
+// TestSessionAttackOneSessionsQueueHoldsTheOpenerOnce checks it holds no more).
 func TestSessionAttackTheOpenerWatchesAnyNumberOfCalls(t *testing.T) {
 	_, nc := testenv.NATS(t)
 	js, err := jetstream.New(nc)
@@ -342,6 +341,68 @@ func TestSessionAttackTheOpenerWatchesAnyNumberOfCalls(t *testing.T) {
 	startWorker(t, nc, 1, 1, nil)
 	if got := maxAckPending(); got != -1 {
 		t.Errorf("over an earlier opener, the opener holds at most %d unacknowledged calls, want no cap", got)
+	}
+}
+
+// TestSessionAttackOneSessionsQueueHoldsTheOpenerOnce: an agent queues hundreds of
+// calls in one session behind a slow one. The opener used to watch each of them
+// until it had its end, a look every few seconds each, one at a time: 20,000 queued
+// calls delayed the opening of the sandbox's other sessions past 150 s (a review's
+// run). It now holds one call of the session, its last, and acks the others at once;
+// the calls it acked still get their end when the session closes before them.
+func TestSessionAttackOneSessionsQueueHoldsTheOpenerOnce(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 1, nil)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	c := newSessionClient(t, nc)
+	s := c.NewSession("default")
+	mustSucceed(t, call(t, s, "x = 1"))
+	slow := submitCall(t, s, "import time\ntime.sleep(15)")
+	closing, err := s.Submit(ctx, wire.Job{Mode: wire.ModeInteractive, Script: "emit_result(x)", SessionClose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const queued = 300
+	var after []*client.Execution
+	for range queued {
+		after = append(after, submitCall(t, s, "emit_result(2)"))
+	}
+	opener, err := js.Consumer(ctx, wire.StreamSessions, wire.SessionOpenerName("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		info, err := opener.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending <= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with %d calls queued in one session, the opener holds %d of them (%d not yet seen), want only the last", queued+2, info.NumAckPending, info.NumPending)
+		}
+	}
+	other := c.NewSession("default")
+	mustSucceed(t, call(t, other, "emit_result(3)"))
+	mustSucceed(t, waitWithin(t, slow, time.Minute))
+	if res := waitWithin(t, closing, time.Minute); res == nil || !res.Success || fmt.Sprint(res.FinalData) != "1" {
+		t.Errorf("the closing call: %s, want success 1", describeRes(res))
+	}
+	lost := 0
+	for _, e := range after {
+		if res := waitWithin(t, e, time.Minute); res != nil && res.ErrorKind == wire.KindSessionLost {
+			lost++
+		} else if lost+1 == len(after) || res == nil || res.Success {
+			t.Errorf("a call after the session closed: %s, want session_lost", describeRes(res))
+		}
+	}
+	if lost != queued {
+		t.Errorf("%d of the %d calls after the close got session_lost", lost, queued)
 	}
 }
 

@@ -198,12 +198,25 @@ func TestAKilledWorkersSessionsAreLost(t *testing.T) {
 	if first.WorkerID != w.id {
 		t.Fatalf("the session opened on %s, not the worker to kill", first.WorkerID)
 	}
-	if err := w.cmd.Process.Kill(); err != nil { // SIGKILL
+	// A call running when the worker dies, and calls queued behind it: the opener
+	// watches only the last, and acked the others.
+	left := []*client.Execution{submitCall(t, s, "import time\ntime.sleep(600)")}
+	for range 3 {
+		left = append(left, submitCall(t, s, "emit_result(x)"))
+	}
+	time.Sleep(time.Second) // for the opener to see them
+	// SIGKILL:
+	if err := w.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	// Takes the next call, once the killed worker has not refreshed its session's
-	// entry for 15 s.
+	// Answers them, once the killed worker has not refreshed its session's entry for
+	// 15 s, and the next call too.
 	startWorker(t, nc, 1, 0, nil)
+	for i, e := range left {
+		if res := waitWithin(t, e, 2*time.Minute); res == nil || res.ErrorKind != wire.KindSessionLost || !strings.Contains(res.Error, w.id) {
+			t.Errorf("call %d left when the worker died: %s; want session_lost naming the dead worker", i+2, describeRes(res))
+		}
+	}
 	res := call(t, s, "emit_result(x)")
 	if res.Success || res.ErrorKind != wire.KindSessionLost || !strings.Contains(res.Error, w.id) {
 		t.Errorf("the call after the worker died: %v %s: %s (worker %s); want session_lost naming the dead worker", res.Success, res.ErrorKind, res.Error, res.WorkerID)

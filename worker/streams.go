@@ -45,8 +45,11 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("create or update stream %s: %w", cfg.Name, err)
 		}
-		if cfg.Name == wire.StreamEvents {
+		switch cfg.Name {
+		case wire.StreamEvents:
 			w.events.stream = stream
+		case wire.StreamSessions:
+			w.sessions.stream = stream
 		}
 	}
 	var err error
@@ -131,9 +134,10 @@ func (w *Worker) ensureConsumers(ctx context.Context) error {
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       c.AckWait,
 			MaxDeliver:    -1,
-			// Unlimited: the opener watches every call of a live session until it has
-			// its end (session.go), so one session's queue of calls held the default
-			// 1,000 and no other session of the sandbox could open (a review's attack).
+			// Unlimited: the opener holds the last call of every live session until it
+			// has its end (session.go); at the default 1,000, when it held every call,
+			// one session's queue of calls kept the sandbox's others from opening (a
+			// review's attack).
 			MaxAckPending: -1,
 			Replicas:      c.Replicas,
 		})
