@@ -31,6 +31,7 @@ const (
 	DefaultShutdownGrace     = 30 * time.Second
 	DefaultMaxBacklog        = 100_000
 	DefaultMaxBacklogBytes   = 1 << 30
+	DefaultTenantBacklog     = 10_000 // per tenant and sandbox
 	DefaultFilesMaxBytes     = 1 << 30
 	DefaultMaxSessions       = 16               // per worker
 	DefaultSandboxSessions   = 4                // per sandbox and worker
@@ -125,6 +126,12 @@ type Config struct {
 	// fails (DiscardNew). Zero means DefaultMaxBacklog and DefaultMaxBacklogBytes.
 	MaxBacklog      int64
 	MaxBacklogBytes int64
+	// TenantBacklog bounds each subject of the jobs stream: a tenant's queued jobs
+	// of one sandbox (jazzmine.exec.<tenant>.<sandbox>), or, without tenants, a
+	// sandbox's. A publish beyond it fails (DiscardNewPerSubject), so that one
+	// tenant cannot fill the fleet's backlog for the others. Zero means
+	// DefaultTenantBacklog; a negative value, no bound.
+	TenantBacklog int64
 	// MaxSessions caps the sessions this worker holds at once; SessionIdleTTL and
 	// SessionMaxLife end one idle that long, or that old. Zero means the defaults.
 	MaxSessions    int
@@ -176,6 +183,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBacklog == 0 {
 		c.MaxBacklog = DefaultMaxBacklog
+	}
+	if c.TenantBacklog == 0 {
+		c.TenantBacklog = DefaultTenantBacklog
 	}
 	def(&c.SessionIdleTTL, DefaultSessionIdleTTL)
 	def(&c.SessionMaxLife, DefaultSessionMaxLife)

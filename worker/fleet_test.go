@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/wire"
 	"github.com/jazzmine/worker/worker"
@@ -134,5 +136,52 @@ func TestManyJobsFromConcurrentAgents(t *testing.T) {
 	}
 	if dones != agents*perAgent {
 		t.Errorf("%d executions have a script_done, want %d", dones, agents*perAgent)
+	}
+}
+
+// TestATenantBacklogBoundNeverDeletesQueuedJobs: a fleet lowers the jobs stream's
+// bound per tenant and sandbox (tenant_backlog) while a subject holds more queued
+// jobs than the new bound. The server would make room by deleting the oldest, jobs
+// it had accepted; the worker keeps the old bound until the backlog is below, and
+// every job runs. A later start lowers it.
+func TestATenantBacklogBoundNeverDeletesQueuedJobs(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 0, func(c *worker.Config) { c.TenantBacklog = -1 })
+	a := newAgent(t, nc)
+	var ids []string
+	for i := range 6 {
+		id := newID(fmt.Sprintf("kept%d", i))
+		ids = append(ids, id)
+		script := "emit_result(1)"
+		if i == 0 {
+			script = "import time\ntime.sleep(3)\nemit_result(1)" // holds the one slot
+		}
+		a.submit(wire.ContentTypeJSON, wire.Job{ExecutionID: id, Sandbox: "default", Script: script})
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perSubject := func() int64 {
+		t.Helper()
+		stream, err := js.Stream(t.Context(), wire.StreamExec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stream.CachedInfo().Config.MaxMsgsPerSubject
+	}
+	lower := func(c *worker.Config) { c.TenantBacklog = 2 }
+	startWorker(t, nc, 1, 0, lower) // while 4 or 5 jobs wait
+	if got := perSubject(); got == 2 {
+		t.Errorf("the bound per subject was lowered to 2 over a backlog above it")
+	}
+	for _, id := range ids {
+		if evs := a.events(id, 2*time.Minute); !last(evs).Success {
+			t.Errorf("queued job %s: %s", id, describe(evs))
+		}
+	}
+	startWorker(t, nc, 1, 0, lower)
+	if got := perSubject(); got != 2 {
+		t.Fatalf("with the backlog gone, the bound per subject is %d, want 2", got)
 	}
 }

@@ -24,6 +24,9 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		MaxMsgs:     c.MaxBacklog,
 		MaxBytes:    c.MaxBacklogBytes,
 		Duplicates:  c.DuplicateWindow,
+		// A tenant's jobs of a sandbox are one subject: each tenant's own bound.
+		MaxMsgsPerSubject:    max(c.TenantBacklog, -1),
+		DiscardNewPerSubject: c.TenantBacklog > 0,
 	}, {
 		Name:        wire.StreamEvents,
 		Description: "jazzmine execution events, one subject per execution and type",
@@ -41,6 +44,11 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	}}
 	for _, cfg := range streams {
 		cfg.Replicas, cfg.Storage = c.Replicas, jetstream.FileStorage
+		if cfg.Name == wire.StreamExec {
+			if err := w.keepQueuedJobs(ctx, &cfg); err != nil {
+				return err
+			}
+		}
 		stream, err := w.js.CreateOrUpdateStream(ctx, cfg)
 		if err != nil {
 			return fmt.Errorf("create or update stream %s: %w", cfg.Name, err)
@@ -68,6 +76,36 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		return err
 	}
 	return w.ensureConsumers(ctx)
+}
+
+// keepQueuedJobs keeps the jobs stream's bound per subject where it is while a
+// subject holds more jobs than cfg's lower bound: the server would make room by
+// deleting the oldest, jobs that were accepted. A later start lowers it, once the
+// backlog is below.
+func (w *Worker) keepQueuedJobs(ctx context.Context, cfg *jetstream.StreamConfig) error {
+	stream, err := w.js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("look up stream %s: %w", cfg.Name, err)
+	}
+	old := stream.CachedInfo().Config
+	if cfg.MaxMsgsPerSubject <= 0 || (old.MaxMsgsPerSubject > 0 && old.MaxMsgsPerSubject <= cfg.MaxMsgsPerSubject) {
+		return nil
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(execAll))
+	if err != nil {
+		return fmt.Errorf("count the queued jobs of stream %s: %w", cfg.Name, err)
+	}
+	for subject, n := range info.State.Subjects {
+		if int64(n) > cfg.MaxMsgsPerSubject {
+			w.log.Warn("the jobs stream's bound per tenant and sandbox is not lowered yet: a subject holds more jobs than it, which the server would delete",
+				"subject", subject, "queued", n, "tenant_backlog", cfg.MaxMsgsPerSubject, "kept", old.MaxMsgsPerSubject)
+			cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = old.MaxMsgsPerSubject, old.DiscardNewPerSubject
+			return nil
+		}
+	}
+	return nil
 }
 
 // ensureBuckets creates or updates the key-value buckets and hands them to the parts

@@ -24,6 +24,7 @@ import (
 //	  duplicate_window: 2m      # jobs with the same Nats-Msg-Id in this window run once
 //	  max_backlog: 100000       # queued jobs; beyond it a publish fails
 //	  max_backlog_bytes: 1GiB   # in bytes
+//	  tenant_backlog: 10000     # queued jobs per tenant and sandbox (per sandbox without tenants); -1: no bound
 //	  files_max_bytes: 1GiB     # the bucket JAZZMINE_FILES: inputs, artifacts, images
 //	  max_script_bytes: 262144
 //	  shutdown_grace: 30s       # on SIGTERM, how long running jobs may finish
@@ -46,6 +47,7 @@ type Settings struct {
 	DuplicateWindow time.Duration  `yaml:"duplicate_window"`
 	MaxBacklog      int64          `yaml:"max_backlog"`
 	MaxBacklogBytes int64          `yaml:"max_backlog_bytes"`
+	TenantBacklog   int64          `yaml:"tenant_backlog"`
 	FilesMaxBytes   int64          `yaml:"files_max_bytes"`
 	MaxScriptBytes  int            `yaml:"max_script_bytes"`
 	ShutdownGrace   time.Duration  `yaml:"shutdown_grace"`
@@ -118,6 +120,9 @@ func (s Settings) Apply(cfg *worker.Config) {
 	}
 	if s.MaxBacklog != 0 {
 		cfg.MaxBacklog = s.MaxBacklog
+	}
+	if s.TenantBacklog != 0 {
+		cfg.TenantBacklog = s.TenantBacklog
 	}
 	if s.FilesMaxBytes != 0 {
 		cfg.FilesMaxBytes = s.FilesMaxBytes

@@ -317,6 +317,12 @@ func startAuthWorker(t *testing.T, nc *nats.Conn) string {
 // returns the worker's and the tenants' connections.
 func twoTenantServer(t *testing.T, a, b string) (wnc, anc, bnc *nats.Conn) {
 	t.Helper()
+	return twoTenantServerWith(t, a, b, nil)
+}
+
+// twoTenantServerWith is twoTenantServer with tweak applied to the worker's config.
+func twoTenantServerWith(t *testing.T, a, b string, tweak func(*worker.Config)) (wnc, anc, bnc *nats.Conn) {
+	t.Helper()
 	workerSeed, workerPub := userKey(t)
 	aSeed, aPub := userKey(t)
 	bSeed, bPub := userKey(t)
@@ -330,7 +336,7 @@ func twoTenantServer(t *testing.T, a, b string) (wnc, anc, bnc *nats.Conn) {
 	}
 	srv := startAuthServer(t, file)
 	wnc = connectAs(t, srv.ClientURL(), workerSeed, nil)
-	startAuthWorker(t, wnc)
+	testworker.Start(t, wnc, testworker.Options{ID: fmt.Sprintf("test-auth-%d", time.Now().UnixNano()), Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: tweak})
 	return wnc, connectAs(t, srv.ClientURL(), aSeed, nil), connectAs(t, srv.ClientURL(), bSeed, nil)
 }
 
@@ -493,6 +499,61 @@ func TestJobsNoWorkerCanTakeDoNotHoldTheBacklog(t *testing.T) {
 	for _, e := range []*client.Execution{busy, queued} {
 		if res, err := e.Wait(ctx); err != nil || !res.Success {
 			t.Errorf("a job beside the junk: %+v, %v", res, err)
+		}
+	}
+}
+
+// TestATenantCannotFillTheBacklogForAnother: alpha, hostile or careless, queues jobs
+// until the fleet refuses them. The backlog's bound per tenant and sandbox
+// (tenant_backlog) refuses alpha's excess alone: beta's jobs are still taken, and
+// run. (Before it, one tenant that filled max_backlog had every other tenant's
+// submit refused.)
+func TestATenantCannotFillTheBacklogForAnother(t *testing.T) {
+	_, anc, bnc := twoTenantServerWith(t, "alpha", "beta", func(c *worker.Config) { c.MaxBacklog, c.TenantBacklog = 8, 4 })
+	alpha, err := client.New(client.Config{Conn: anc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	beta, err := client.New(client.Config{Conn: bnc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var accepted []*client.Execution
+	defer func() {
+		for _, e := range accepted {
+			e.Close()
+		}
+	}()
+	for i := 0; ; i++ {
+		script := "emit_result('alpha')"
+		if i == 0 {
+			script = "import time\ntime.sleep(5)\nemit_result('alpha')" // holds the one slot
+		}
+		e, err := alpha.Submit(ctx, wire.Job{Sandbox: "default", Script: script})
+		if errors.Is(err, client.ErrBacklogFull) {
+			t.Logf("alpha's job %d refused: %v", i+1, err)
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted = append(accepted, e)
+		if i == 50 {
+			t.Fatal("alpha queued 50 jobs: nothing bounds a tenant's backlog")
+		}
+	}
+	if len(accepted) > 5 {
+		t.Errorf("alpha had %d jobs accepted, want at most its 4 queued and the running one", len(accepted))
+	}
+	res, err := beta.Run(ctx, wire.Job{Sandbox: "default", Script: "emit_result('beta')"})
+	if err != nil || !res.Success {
+		t.Fatalf("beta's job while alpha's backlog is full: %+v, %v", res, err)
+	}
+	for _, e := range accepted {
+		if res, err := e.Wait(ctx); err != nil || !res.Success {
+			t.Errorf("alpha's accepted job: %+v, %v", res, err)
 		}
 	}
 }
