@@ -344,6 +344,38 @@ func TestSessionAttackTheOpenerWatchesAnyNumberOfCalls(t *testing.T) {
 	}
 }
 
+// sessionFleet starts a worker of two containers and returns a JetStream context
+// and a client on its server.
+func sessionFleet(t *testing.T) (jetstream.JetStream, *client.Client) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 1, nil)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, newSessionClient(t, nc)
+}
+
+// openerSettles waits up to 10 s for the default sandbox's opener to have seen every
+// call and to hold at most held of them, and returns how many it has not seen and
+// how many it holds.
+func openerSettles(t *testing.T, js jetstream.JetStream, held int) (uint64, int) {
+	t.Helper()
+	opener, err := js.Consumer(t.Context(), wire.StreamSessions, wire.SessionOpenerName("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		info, err := opener.Info(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending <= held || time.Now().After(deadline) {
+			return info.NumPending, info.NumAckPending
+		}
+	}
+}
+
 // TestSessionAttackOneSessionsQueueHoldsTheOpenerOnce: an agent queues hundreds of
 // calls in one session behind a slow one. The opener used to watch each of them
 // until it had its end, a look every few seconds each, one at a time: 20,000 queued
@@ -351,14 +383,8 @@ func TestSessionAttackTheOpenerWatchesAnyNumberOfCalls(t *testing.T) {
 // run). It now holds one call of the session, its last, and acks the others at once;
 // the calls it acked still get their end when the session closes before them.
 func TestSessionAttackOneSessionsQueueHoldsTheOpenerOnce(t *testing.T) {
-	_, nc := testenv.NATS(t)
-	startWorker(t, nc, 1, 1, nil)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, c := sessionFleet(t)
 	ctx := t.Context()
-	c := newSessionClient(t, nc)
 	s := c.NewSession("default")
 	mustSucceed(t, call(t, s, "x = 1"))
 	slow := submitCall(t, s, "import time\ntime.sleep(15)")
@@ -371,21 +397,8 @@ func TestSessionAttackOneSessionsQueueHoldsTheOpenerOnce(t *testing.T) {
 	for range queued {
 		after = append(after, submitCall(t, s, "emit_result(2)"))
 	}
-	opener, err := js.Consumer(ctx, wire.StreamSessions, wire.SessionOpenerName("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		info, err := opener.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.NumPending == 0 && info.NumAckPending <= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("with %d calls queued in one session, the opener holds %d of them (%d not yet seen), want only the last", queued+2, info.NumAckPending, info.NumPending)
-		}
+	if pending, held := openerSettles(t, js, 1); pending != 0 || held > 1 {
+		t.Fatalf("with %d calls queued in one session, the opener holds %d of them (%d not yet seen), want only the last", queued+2, held, pending)
 	}
 	other := c.NewSession("default")
 	mustSucceed(t, call(t, other, "emit_result(3)"))
@@ -412,14 +425,8 @@ func TestSessionAttackOneSessionsQueueHoldsTheOpenerOnce(t *testing.T) {
 // (a container held until the session's idle end) nor watches it, and the id never
 // reaches a subject (the opener looked it up in the events stream as it was).
 func TestSessionAttackACallWithNoValidIDOpensNothing(t *testing.T) {
-	_, nc := testenv.NATS(t)
-	startWorker(t, nc, 1, 1, nil)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, c := sessionFleet(t)
 	ctx := t.Context()
-	c := newSessionClient(t, nc)
 	s := c.NewSession("default")
 	data, err := wire.EncodeJob(wire.ContentTypeJSON, &wire.Job{ExecutionID: "x", Sandbox: "default", SessionID: s.ID, Script: "pass"})
 	if err != nil {
@@ -432,21 +439,8 @@ func TestSessionAttackACallWithNoValidIDOpensNothing(t *testing.T) {
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	opener, err := js.Consumer(ctx, wire.StreamSessions, wire.SessionOpenerName("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		info, err := opener.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.NumPending == 0 && info.NumAckPending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the opener still holds the call: %d pending, %d unacknowledged", info.NumPending, info.NumAckPending)
-		}
+	if pending, held := openerSettles(t, js, 0); pending != 0 || held != 0 {
+		t.Fatalf("the opener still holds the call: %d pending, %d unacknowledged", pending, held)
 	}
 	kv, err := js.KeyValue(ctx, worker.BucketSessions)
 	if err != nil {
