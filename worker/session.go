@@ -29,9 +29,8 @@ import (
 //     the first call and delivers the calls in order, one at a time.
 //
 // The opener acks the calls of live sessions without doing anything: their owner's
-// consumer has them too. It keeps watching one call of each live session, its last
-// (see see): should the owner die, that call ends the session, and with it every
-// call of the session the owner left (answerAll).
+// consumer has them too. It holds about one call of each session until the calls
+// before it have their ends, and answers for the calls of a dead owner (opener.go).
 
 // Session states in BucketSessions.
 const (
@@ -46,6 +45,11 @@ type sessionEntry struct {
 	State   string `json:"state"`
 	// Reason says why an ended session ended, for the session_lost of later calls.
 	Reason string `json:"reason,omitempty"`
+	// From is the first call (stream sequence) an ended session's owner had not
+	// acked, where its end answers calls from; 0 if unknown. Answered says that every
+	// call it left has its end (opener.go).
+	From     uint64 `json:"from,omitempty"`
+	Answered bool   `json:"answered,omitempty"`
 }
 
 // sessions holds this worker's sessions and runs the openers of its sandboxes.
@@ -59,10 +63,11 @@ type sessions struct {
 	stream  jetstream.Stream   // StreamSessions, set by ensureStreams
 	openers map[string]jetstream.Consumer
 
-	mu      sync.Mutex
-	held    map[string]*session // by session id
-	stopped bool
-	loops   sync.WaitGroup // openers and session loops
+	mu        sync.Mutex
+	held      map[string]*session // by session id
+	finishing map[string]bool     // ended sessions whose calls this worker answers (opener.go)
+	stopped   bool
+	loops     sync.WaitGroup // openers, session loops and the answering of ended sessions
 }
 
 // session is one session this worker holds.
@@ -76,7 +81,7 @@ type session struct {
 }
 
 func newSessions(cfg *Config, js jetstream.JetStream, proc *processor, ev *events) *sessions {
-	return &sessions{cfg: cfg, js: js, proc: proc, events: ev, log: cfg.Logger, openers: map[string]jetstream.Consumer{}, held: map[string]*session{}}
+	return &sessions{cfg: cfg, js: js, proc: proc, events: ev, log: cfg.Logger, openers: map[string]jetstream.Consumer{}, held: map[string]*session{}, finishing: map[string]bool{}}
 }
 
 // start runs an opener loop per sandbox until ctx ends.
@@ -94,214 +99,6 @@ func (s *sessions) stop() {
 	s.stopped = true
 	s.mu.Unlock()
 	s.loops.Wait()
-}
-
-// open is an opener loop: one call at a time of the sandbox's sessions.
-func (s *sessions) open(ctx context.Context, sandbox string, cons jetstream.Consumer) {
-	defer s.loops.Done()
-	last := lastCalls{}
-	pullEach(ctx, cons, s.log.With("sandbox", sandbox), "a session call", func(msg jetstream.Msg) { s.see(ctx, sandbox, msg, last) })
-}
-
-// lastCalls is an opener's note of the stream sequence of each session's last call
-// it knows of. A sequence only grows, so a note, however old, says that a call
-// before it is not its session's last.
-type lastCalls map[string]uint64
-
-// lastCallsMax bounds an opener's notes; past it they start over.
-const lastCallsMax = 4096
-
-// later reports whether session id has a call stored after the call at seq, from the
-// notes or, failing them, the stream.
-func (s *sessions) later(ctx context.Context, sandbox, id string, seq uint64, notes lastCalls) bool {
-	if notes[id] > seq {
-		return true
-	}
-	last, err := s.stream.GetLastMsgForSubject(ctx, wire.SessionSubject(sandbox, id))
-	if err != nil {
-		return false // watched, as it may be the last
-	}
-	if len(notes) >= lastCallsMax {
-		clear(notes)
-	}
-	notes[id] = last.Sequence
-	return last.Sequence > seq
-}
-
-// see decides what the opener does with a call. A call of an unknown session opens
-// it; a call of an ended session gets session_lost. A call of an open session is its
-// owner's to run. The opener watches over the session through its last call: it
-// looks at that call again later (a nak) while the call has no end and the owner is
-// alive, and ends the session if the owner died first, so that no call is left in
-// the consumer of a dead worker. An earlier call is acked at once: the owner runs the
-// calls in order, so the last one's end comes after theirs, and a dead owner's are
-// answered with it. (Every call was watched until it had its end before: one
-// session's thousands of queued calls kept the opener from the sandbox's other
-// sessions.) notes are the opener's notes of last calls.
-func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, notes lastCalls) {
-	_, id, err := wire.ParseSessionSubject(msg.Subject())
-	meta, merr := msg.Metadata()
-	if err != nil || merr != nil { // the stream takes no other subject
-		_ = msg.Term()
-		return
-	}
-	// Nothing is ever published under a call with no valid id (decode owns none): it
-	// opens no session and has no end; its owner refuses it.
-	key := msg.Headers().Get(wire.HeaderMsgID)
-	valid := wire.ValidateID("execution id", key) == nil
-	entry, rev, touched, err := s.entry(ctx, id)
-	if err != nil {
-		s.log.Warn("look up a session", "session_id", id, "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
-	}
-	switch {
-	case entry == nil && !valid:
-		_ = msg.Ack()
-		return
-	case entry == nil:
-		switch answered, err := s.events.ended(ctx, key); {
-		case err != nil:
-			_ = msg.NakWithDelay(time.Second) // not claimed on a guess: it may have run
-			return
-		case answered:
-			_ = msg.Ack() // while no worker served its sandbox (triage.go)
-			return
-		}
-		s.claim(ctx, sandbox, id, msg)
-		return
-	case entry.Sandbox != sandbox:
-		s.answer(sandbox, msg, wire.KindInvalidJob, fmt.Sprintf("session %s is a session of sandbox %s, not %s: a session id is the fleet's, use a new one", id, entry.Sandbox, sandbox))
-		_ = msg.Ack()
-		return
-	case entry.State == sessionOpen:
-		if s.later(ctx, sandbox, id, meta.Sequence.Stream, notes) {
-			_ = msg.Ack() // the session's last call is watched
-			return
-		}
-		if answered, _ := s.events.ended(ctx, key); answered && valid {
-			_ = msg.Ack() // its owner ran it, and every call before it
-			return
-		}
-		if s.alive(entry, id, touched) {
-			// A last call with no valid id never has an end: it is watched while the
-			// session lives, or until a later call comes.
-			_ = msg.NakWithDelay(watchDelay(meta))
-			return
-		}
-		entry = &sessionEntry{Worker: entry.Worker, Sandbox: sandbox, State: sessionEnded, Reason: fmt.Sprintf("its worker %s died", entry.Worker)}
-		if _, err := s.kv.Update(ctx, id, mustJSON(entry), rev); err != nil {
-			_ = msg.NakWithDelay(100 * time.Millisecond) // someone else changed it: look again
-			return
-		}
-		if err := s.answerAll(ctx, sandbox, id, entry.Reason); err != nil {
-			s.log.Warn("answer the calls of a dead worker's session", "session_id", id, "err", err)
-		}
-		_ = s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id))
-	}
-	if valid {
-		s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason))
-	}
-	_ = msg.Ack()
-}
-
-// answerAll answers with session_lost every call of session id stored so far that
-// has no end, from the first its consumer has not acked (from the first of all when
-// the consumer is gone). The session's entry says it ended: a call stored after this
-// reads it is the opener's to answer.
-func (s *sessions) answerAll(ctx context.Context, sandbox, id, reason string) error {
-	subject := wire.SessionSubject(sandbox, id)
-	last, err := s.stream.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("look up the last call: %w", err)
-	}
-	start := uint64(1)
-	if c, err := s.js.Consumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id)); err == nil {
-		start = c.CachedInfo().AckFloor.Stream + 1
-	}
-	if start > last.Sequence {
-		return nil
-	}
-	walk, err := s.js.OrderedConsumer(ctx, wire.StreamSessions, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    start,
-	})
-	if err != nil {
-		return fmt.Errorf("read the calls: %w", err)
-	}
-	text := fmt.Sprintf("session %s ended: %s", id, reason)
-	for {
-		msg, err := walk.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			return fmt.Errorf("read the calls: %w", err)
-		}
-		s.answer(sandbox, msg, wire.KindSessionLost, text)
-		if meta, err := msg.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
-			return err
-		}
-	}
-}
-
-// watchDelay is how long the opener waits before it looks at a call of a live
-// session again: 100 ms, then longer the longer the call runs, up to 5 s.
-func watchDelay(meta *jetstream.MsgMetadata) time.Duration {
-	return min(time.Duration(meta.NumDelivered)*100*time.Millisecond, 5*time.Second)
-}
-
-// claim opens session id here for its first call msg, or, at this worker's limits,
-// leaves it to another worker (a nak) until the last delivery, which answers the call
-// with session_limit and ends the session before it began.
-func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.Msg) {
-	last := false
-	if meta, err := msg.Metadata(); err == nil {
-		last = int(meta.NumDelivered) >= s.cfg.MaxDeliver
-	}
-	if !s.room(sandbox) {
-		s.log.Debug("no room for a session here", "session_id", id, "sandbox", sandbox, "last_delivery", last)
-		if !last {
-			_ = msg.NakWithDelay(200 * time.Millisecond)
-			return
-		}
-		reason := "no worker had room for it (session limits)"
-		if _, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionEnded, Reason: reason})); err == nil {
-			s.answer(sandbox, msg, wire.KindSessionLimit, fmt.Sprintf("session %s could not be opened: %s", id, reason))
-		}
-		_ = msg.Ack()
-		return
-	}
-	rev, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionOpen}))
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			s.log.Warn("claim a session", "session_id", id, "err", err)
-		}
-		_ = msg.NakWithDelay(50 * time.Millisecond) // another worker claimed it first: see it again
-		return
-	}
-	if err := s.begin(ctx, sandbox, id, rev); err != nil {
-		s.log.Warn("open a session", "session_id", id, "sandbox", sandbox, "err", err)
-		s.end(context.Background(), &session{id: id, sandbox: sandbox}, "it could not be opened: "+err.Error())
-		s.answer(sandbox, msg, wire.KindInfrastructure, fmt.Sprintf("session %s could not be opened: %v", id, err))
-	}
-	_ = msg.Ack()
-}
-
-// room reports whether this worker may open another session of sandbox.
-func (s *sessions) room(sandbox string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped || len(s.held) >= s.cfg.MaxSessions {
-		return false
-	}
-	n := 0
-	for _, h := range s.held {
-		if h.sandbox == sandbox {
-			n++
-		}
-	}
-	return n < s.cfg.sandbox(sandbox).MaxSessions
 }
 
 // begin takes a container for the session and starts its loop on a consumer of its
@@ -386,19 +183,30 @@ func (s *sessions) expired(h *session, idleSince time.Time) string {
 // end marks the session ended with reason (later calls get session_lost saying it),
 // answers the calls its consumer still holds, deletes it and retires its container.
 func (s *sessions) end(ctx context.Context, h *session, reason string) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute) // answerAll is a call at a time
+	// Answering the calls left takes a moment each; a worker that stops leaves what it
+	// did not answer in 5 s to the fleet's openers (endStall), not its shutdown.
+	s.mu.Lock()
+	budget := time.Minute
+	if s.stopped {
+		budget = 5 * time.Second
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	entry := mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: h.sandbox, State: sessionEnded, Reason: reason})
-	if _, err := s.kv.Put(ctx, h.id, entry); err != nil {
+	e := &sessionEntry{Worker: s.cfg.WorkerID, Sandbox: h.sandbox, State: sessionEnded, Reason: reason}
+	if h.cons != nil {
+		if info, err := h.cons.Info(ctx); err == nil {
+			e.From = info.AckFloor.Stream + 1
+		}
+	}
+	if _, err := s.kv.Put(ctx, h.id, mustJSON(e)); err != nil {
 		s.log.Warn("mark a session ended", "session_id", h.id, "err", err)
 	}
-	if h.cons != nil {
-		// Calls that came before the entry said ended were left to this consumer by
-		// the opener: they get their session_lost here.
-		if err := s.answerAll(ctx, h.sandbox, h.id, reason); err != nil {
-			s.log.Warn("answer the calls left in an ended session", "session_id", h.id, "err", err)
-		}
-		_ = s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(h.id))
+	// Calls that came before the entry said ended were left to this consumer by the
+	// opener: they get their session_lost here, or, should this worker stop first,
+	// from an opener (opener.go).
+	if err := s.finish(ctx, h.sandbox, h.id, e); err != nil {
+		s.log.Warn("answer the calls left in an ended session; an opener will finish it", "session_id", h.id, "err", err)
 	}
 	if h.lease != nil {
 		h.lease.Retire(sandboxpool.RetireSession)

@@ -1,0 +1,337 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/wire"
+)
+
+// The opener of a sandbox's sessions (see session.go) sees every call once, and is
+// what answers for the calls of a session whose owner died. It holds calls (a nak,
+// looked at again later) rather than watching every one until it has its end, which
+// made one session's thousands of queued calls keep the sandbox's other sessions from
+// opening. A call of a live session is acked by the opener when
+//
+//   - its owner has acked the call, and with it every call before it (the session's
+//     consumer's ack floor), or
+//   - the opener holds a later call of the session: held calls answer for the calls
+//     before them, as that later call is itself acked only by one of these rules.
+//
+// A call of an ended session is answered with session_lost and acked once every call
+// the session left has its end (the entry's Answered): its end answers them (finish),
+// from the first call its owner had not acked. An end cut short (its worker died or
+// shut down during it) is finished by the opener that holds one of its calls. So the
+// opener holds about one call of each session, the last it has seen, and a session's
+// queue costs it two looks at each call.
+
+// A view is what an opener knows of a session: its entry, and its owner's ack floor.
+type view struct {
+	entry   *sessionEntry
+	rev     uint64
+	written time.Time // of the entry
+	floor   uint64    // the owner has acked every call up to this stream sequence
+	held    uint64    // the latest call this opener held (nakked) of the session
+	read    time.Time // when entry and floor were read
+	// readAfter: every call up to this stream sequence was stored before the read.
+	readAfter uint64
+}
+
+// views are an opener's views, by session id. A view's entry and floor are read
+// again once older than viewAge, or when what the opener does depends on their being
+// current: a floor only grows and an ended entry stays ended, so an older view may
+// hold a call but never acks one it should not.
+type views struct {
+	m    map[string]*view
+	seen uint64 // the latest stream sequence the opener has been handed
+}
+
+const (
+	viewAge  = 250 * time.Millisecond
+	viewsMax = 4096 // past it, views start over
+	// endStall is how long an ended session may go without its calls' being answered
+	// before an opener finishes its end for it.
+	endStall = 30 * time.Second
+)
+
+// open is an opener loop: one call at a time of the sandbox's sessions.
+func (s *sessions) open(ctx context.Context, sandbox string, cons jetstream.Consumer) {
+	defer s.loops.Done()
+	vs := &views{m: map[string]*view{}}
+	pullEach(ctx, cons, s.log.With("sandbox", sandbox), "a session call", func(msg jetstream.Msg) { s.see(ctx, sandbox, msg, vs) })
+}
+
+// view returns the opener's view of session id, read again when it is older than
+// viewAge or current is set. A session with no entry has no view kept.
+func (s *sessions) view(ctx context.Context, id string, vs *views, current bool) (*view, error) {
+	v := vs.m[id]
+	if v != nil && !current && time.Since(v.read) < viewAge {
+		return v, nil
+	}
+	entry, rev, written, err := s.entry(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		v = &view{}
+	}
+	v.entry, v.rev, v.written, v.read, v.readAfter = entry, rev, written, time.Now(), vs.seen
+	if entry != nil && entry.State == sessionOpen {
+		if c, err := s.js.Consumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id)); err == nil {
+			v.floor = max(v.floor, c.CachedInfo().AckFloor.Stream)
+		}
+	}
+	if entry != nil {
+		if len(vs.m) >= viewsMax {
+			clear(vs.m)
+		}
+		vs.m[id] = v
+	}
+	return v, nil
+}
+
+// see decides what the opener does with a call: a call of an unknown session opens
+// it; a call of an open session is its owner's to run, and the opener holds it until
+// one of the rules above acks it, or ends the session if its owner died; a call of an
+// ended session gets session_lost.
+func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, vs *views) {
+	_, id, err := wire.ParseSessionSubject(msg.Subject())
+	meta, merr := msg.Metadata()
+	if err != nil || merr != nil { // the stream takes no other subject
+		_ = msg.Term()
+		return
+	}
+	seq := meta.Sequence.Stream
+	vs.seen = max(vs.seen, seq)
+	// Nothing is ever published under a call with no valid id (decode owns none): it
+	// opens no session and has no end; its owner refuses it.
+	key := msg.Headers().Get(wire.HeaderMsgID)
+	valid := wire.ValidateID("execution id", key) == nil
+	v, err := s.view(ctx, id, vs, false)
+	if err == nil && v.entry != nil && v.entry.State == sessionOpen && v.held > seq && v.floor < seq && seq > v.readAfter {
+		// Acked on a later call only if stored while the session was open: then its
+		// end's answers cover it, should it end.
+		v, err = s.view(ctx, id, vs, true)
+	}
+	if err != nil {
+		s.log.Warn("look up a session", "session_id", id, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	entry := v.entry
+	switch {
+	case entry == nil && !valid:
+		_ = msg.Ack()
+		return
+	case entry == nil:
+		switch answered, err := s.events.ended(ctx, key); {
+		case err != nil:
+			_ = msg.NakWithDelay(time.Second) // not claimed on a guess: it may have run
+		case answered:
+			_ = msg.Ack() // while no worker served its sandbox (triage.go)
+		default:
+			s.claim(ctx, sandbox, id, msg, meta, vs)
+		}
+		return
+	case entry.Sandbox != sandbox:
+		s.answer(sandbox, msg, wire.KindInvalidJob, fmt.Sprintf("session %s is a session of sandbox %s, not %s: a session id is the fleet's, use a new one", id, entry.Sandbox, sandbox))
+		_ = msg.Ack()
+		return
+	case entry.State == sessionOpen && (v.floor >= seq || v.held > seq):
+		_ = msg.Ack() // its owner ran it, or a later call held answers for it
+		return
+	case entry.State == sessionOpen && s.alive(entry, id, v.written):
+		s.hold(msg, meta, v)
+		return
+	case entry.State == sessionOpen:
+		if v, err = s.view(ctx, id, vs, true); err == nil && v.entry != nil && v.entry.State == sessionOpen && v.floor < seq && !s.alive(v.entry, id, v.written) {
+			s.endDead(ctx, sandbox, id, v)
+		}
+		s.hold(msg, meta, v) // looked at again, in whatever state the session is now
+		return
+	}
+	if valid {
+		s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason))
+	}
+	if entry.Answered || v.held > seq {
+		_ = msg.Ack()
+		return
+	}
+	if time.Since(v.written) > endStall {
+		s.finishLater(ctx, sandbox, id, entry)
+	}
+	s.hold(msg, meta, v)
+}
+
+// hold looks at the call again later, and notes it held.
+func (s *sessions) hold(msg jetstream.Msg, meta *jetstream.MsgMetadata, v *view) {
+	v.held = max(v.held, meta.Sequence.Stream)
+	_ = msg.NakWithDelay(watchDelay(meta))
+}
+
+// watchDelay is how long the opener waits before it looks at a held call again:
+// 100 ms, then longer the more often it has looked, up to 5 s.
+func watchDelay(meta *jetstream.MsgMetadata) time.Duration {
+	return min(time.Duration(meta.NumDelivered)*100*time.Millisecond, 5*time.Second)
+}
+
+// endDead ends the open session of view v, whose owner died, and finishes its end in
+// the background.
+func (s *sessions) endDead(ctx context.Context, sandbox, id string, v *view) {
+	e := &sessionEntry{Worker: v.entry.Worker, Sandbox: sandbox, State: sessionEnded, Reason: fmt.Sprintf("its worker %s died", v.entry.Worker), From: v.floor + 1}
+	if _, err := s.kv.Update(ctx, id, mustJSON(e), v.rev); err != nil {
+		return // someone else changed it: the next look sees what
+	}
+	s.finishLater(ctx, sandbox, id, e)
+}
+
+// finishLater runs finish in the background, once at a time per session on this
+// worker, until it is done or ctx ends.
+func (s *sessions) finishLater(ctx context.Context, sandbox, id string, e *sessionEntry) {
+	s.mu.Lock()
+	if s.finishing[id] || s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.finishing[id] = true
+	s.loops.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.loops.Done()
+		if err := s.finish(ctx, sandbox, id, e); err != nil && ctx.Err() == nil {
+			s.log.Warn("answer the calls an ended session left", "session_id", id, "err", err)
+		}
+		s.mu.Lock()
+		delete(s.finishing, id)
+		s.mu.Unlock()
+	}()
+}
+
+// finish ends what the ended session e left: its consumer is deleted (an owner
+// wrongly found dead takes no more calls), every call it left gets session_lost
+// (answerAll) and its entry then says so (Answered). Anyone may finish an end, as
+// often as it takes: a call with an end is not answered again.
+func (s *sessions) finish(ctx context.Context, sandbox, id string, e *sessionEntry) error {
+	if err := s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("delete the session's consumer: %w", err)
+	}
+	if err := s.answerAll(ctx, sandbox, id, e.Reason, e.From); err != nil {
+		return err
+	}
+	for range 3 {
+		cur, rev, _, err := s.entry(ctx, id)
+		if err != nil || cur == nil || cur.State != sessionEnded || cur.Answered {
+			return err
+		}
+		cur.Answered = true
+		if _, err := s.kv.Update(ctx, id, mustJSON(cur), rev); err == nil {
+			return nil
+		}
+	}
+	return errors.New("say the session's calls are answered: its entry kept changing")
+}
+
+// answerAll answers with session_lost every call of session id stored so far that
+// has no end, from stream sequence from. With no from (0: the entry did not know the
+// owner's ack floor), from the first, but for calls older than the events' age: they
+// ran or were answered long since, and their events may be gone.
+func (s *sessions) answerAll(ctx context.Context, sandbox, id, reason string, from uint64) error {
+	subject := wire.SessionSubject(sandbox, id)
+	last, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("look up the last call: %w", err)
+	}
+	if max(from, 1) > last.Sequence {
+		return nil
+	}
+	walk, err := s.js.OrderedConsumer(ctx, wire.StreamSessions, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    max(from, 1),
+	})
+	if err != nil {
+		return fmt.Errorf("read the calls: %w", err)
+	}
+	text := fmt.Sprintf("session %s ended: %s", id, reason)
+	for ctx.Err() == nil {
+		msg, err := walk.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			return fmt.Errorf("read the calls: %w", err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		if from > 0 || time.Since(meta.Timestamp) < s.cfg.EventsMaxAge {
+			s.answer(sandbox, msg, wire.KindSessionLost, text)
+		}
+		if meta.Sequence.Stream >= last.Sequence {
+			return nil
+		}
+	}
+	return ctx.Err()
+}
+
+// claim opens session id here for its first call msg, or, at this worker's limits,
+// leaves it to another worker (a nak) until the last delivery, which answers the call
+// with session_limit and ends the session before it began. The call that opened the
+// session is held as any other.
+func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.Msg, meta *jetstream.MsgMetadata, vs *views) {
+	last := int(meta.NumDelivered) >= s.cfg.MaxDeliver
+	if !s.room(sandbox) {
+		s.log.Debug("no room for a session here", "session_id", id, "sandbox", sandbox, "last_delivery", last)
+		if !last {
+			_ = msg.NakWithDelay(200 * time.Millisecond)
+			return
+		}
+		// Answered: no call of the session was acked before it was claimed.
+		reason := "no worker had room for it (session limits)"
+		if _, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionEnded, Reason: reason, Answered: true})); err == nil {
+			s.answer(sandbox, msg, wire.KindSessionLimit, fmt.Sprintf("session %s could not be opened: %s", id, reason))
+		}
+		_ = msg.Ack()
+		return
+	}
+	rev, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionOpen}))
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			s.log.Warn("claim a session", "session_id", id, "err", err)
+		}
+		_ = msg.NakWithDelay(50 * time.Millisecond) // another worker claimed it first: see it again
+		return
+	}
+	if err := s.begin(ctx, sandbox, id, rev); err != nil {
+		s.log.Warn("open a session", "session_id", id, "sandbox", sandbox, "err", err)
+		s.answer(sandbox, msg, wire.KindInfrastructure, fmt.Sprintf("session %s could not be opened: %v", id, err))
+		s.end(context.Background(), &session{id: id, sandbox: sandbox}, "it could not be opened: "+err.Error())
+		_ = msg.Ack()
+		return
+	}
+	if v, err := s.view(ctx, id, vs, true); err == nil {
+		s.hold(msg, meta, v)
+		return
+	}
+	_ = msg.NakWithDelay(watchDelay(meta))
+}
+
+// room reports whether this worker may open another session of sandbox.
+func (s *sessions) room(sandbox string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || len(s.held) >= s.cfg.MaxSessions {
+		return false
+	}
+	n := 0
+	for _, h := range s.held {
+		if h.sandbox == sandbox {
+			n++
+		}
+	}
+	return n < s.cfg.sandbox(sandbox).MaxSessions
+}

@@ -1,0 +1,198 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/client"
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/internal/testworker"
+	"github.com/jazzmine/worker/sandboxpool"
+	"github.com/jazzmine/worker/wire"
+	"github.com/jazzmine/worker/worker"
+)
+
+// Attacks on the opener's rule that a call it holds answers for the calls before it
+// (opener.go), from a review of the change that made it: each lost calls on the first
+// version of the rule. A call "has no end" when the events stream holds no
+// script_done of it: its agent waits for ever.
+
+// publishCalls publishes n calls of the session with script, as raw messages, and
+// returns their ids.
+func publishCalls(t *testing.T, js jetstream.JetStream, sessionID string, n int, script string) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = client.NewExecutionID()
+		publishCall(t, js, sessionID, ids[i], script)
+	}
+	return ids
+}
+
+// publishCall publishes a call of the session with execution id id.
+func publishCall(t *testing.T, js jetstream.JetStream, sessionID, id, script string) {
+	t.Helper()
+	data, err := wire.EncodeJob(wire.ContentTypeJSON, &wire.Job{ExecutionID: id, Sandbox: "default", SessionID: sessionID, Mode: wire.ModeInteractive, Script: script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(wire.SessionSubject("default", sessionID))
+	m.Header.Set(wire.HeaderMsgID, id)
+	m.Header.Set(wire.HeaderContentType, wire.ContentTypeJSON)
+	m.Data = data
+	if _, err := js.PublishMsg(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hasEnd reports whether the execution has a script_done in the events stream.
+func hasEnd(t *testing.T, js jetstream.JetStream, id string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, wire.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = stream.GetLastMsgForSubject(ctx, wire.EventSubject(id, wire.EventScriptDone))
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// waitForEnds waits up to within for every execution of ids to have its end, and
+// fails the test with how many have none.
+func waitForEnds(t *testing.T, js jetstream.JetStream, ids []string, within time.Duration, what string) {
+	t.Helper()
+	next := 0 // ids before it have their end
+	for deadline := time.Now().Add(within); ; time.Sleep(time.Second) {
+		for next < len(ids) && hasEnd(t, js, ids[next]) {
+			next++
+		}
+		if next == len(ids) {
+			return
+		}
+		if time.Now().After(deadline) {
+			missing := 0
+			for _, id := range ids[next:] {
+				if !hasEnd(t, js, id) {
+					missing++
+				}
+			}
+			t.Fatalf("%s: %d of %d calls have no end after %v", what, missing, len(ids), within)
+		}
+	}
+}
+
+// processToKill starts a worker in a process of its own, to be killed, on a server
+// of the test's own.
+func processToKill(t *testing.T, name string) (*workerProcess, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv, nc := testenv.NATS(t)
+	testenv.SandboxImage(t)
+	w := startProcess(t, writeConfig(t, ""), srv.ClientURL(), newID(name))
+	w.serving(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, nc, js
+}
+
+// TestOpenerAnEndCutShortIsFinishedByAnother: a session closes with 3,000 calls
+// queued behind the close. The opener acked all but the one it holds; the owner's
+// end answers them one at a time, and the owner is killed in the middle. The
+// opener, holding the last call, finishes the end: every call gets its end (with
+// the first version, 2,986 of 3,000 had none).
+func TestOpenerAnEndCutShortIsFinishedByAnother(t *testing.T) {
+	w, nc, js := processToKill(t, "cutshort")
+	s := newSessionClient(t, nc).NewSession("default")
+	mustSucceed(t, call(t, s, "x = 1"))
+	closing, err := s.Submit(t.Context(), wire.Job{Mode: wire.ModeInteractive, Script: "import time\ntime.sleep(10)", SessionClose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := publishCalls(t, js, s.ID, 3000, "emit_result(2)")
+	mustSucceed(t, waitWithin(t, closing, time.Minute))
+	testenv.WaitFor(t, 30*time.Second, "the owner's end to answer the first call", func() bool { return hasEnd(t, js, ids[0]) })
+	if err := w.cmd.Process.Kill(); err != nil { // SIGKILL, in the middle of the answers
+		t.Fatal(err)
+	}
+	_ = w.cmd.Wait()
+	startWorker(t, nc, 1, 0, nil)
+	waitForEnds(t, js, ids, 3*time.Minute, "calls queued behind a close whose worker died during the end")
+}
+
+// TestOpenerASessionThatFailsToOpenLeavesNoCall: the two workers' containers are
+// busy. A session's first three calls come back to back: one worker claims the
+// session on one of them and waits for a container until its ack wait; the other
+// worker's opener holds the others meanwhile. The session could not be opened: each
+// call gets its end (with the first version, a call the opener had acked on a later
+// one had none).
+func TestOpenerASessionThatFailsToOpenLeavesNoCall(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	tweak := func(c *worker.Config) {
+		c.AckWait, c.Heartbeat = 4*time.Second, time.Second
+		c.Sandboxes[0].MaxAckPending = 4
+	}
+	for range 2 {
+		testworker.Start(t, nc, testworker.Options{ID: newID("full"), Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: tweak})
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newSessionClient(t, nc)
+	for range 2 {
+		e, err := c.Submit(t.Context(), wire.Job{Sandbox: "default", Script: "import time\ntime.sleep(25)", TimeoutSec: 60})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { waitWithin(t, e, time.Minute) })
+	}
+	time.Sleep(3 * time.Second) // both containers taken
+	ids := publishCalls(t, js, c.NewSession("default").ID, 3, "emit_result(1)")
+	waitForEnds(t, js, ids, 90*time.Second, "calls of a session that could not be opened")
+}
+
+// TestOpenerALastCallWithAFinishedIDHoldsTheSession: an agent's last call of a
+// session carries the id of an execution that has its end already (a stateless job's
+// here; a retry of an earlier call past the dedup window is the same). The opener
+// must not take that end for the call's: it holds the call until the owner has run
+// it. The owner dies while a call runs: that call and the one queued behind it get
+// session_lost (with the first version, the opener held nothing and neither had an
+// end).
+func TestOpenerALastCallWithAFinishedIDHoldsTheSession(t *testing.T) {
+	w, nc, js := processToKill(t, "finished")
+	c := newSessionClient(t, nc)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	done, err := c.Run(ctx, wire.Job{Sandbox: "default", Script: "emit_result(0)"})
+	if err != nil || !done.Success {
+		t.Fatalf("stateless job: %v %s", err, describeRes(done))
+	}
+	s := c.NewSession("default")
+	mustSucceed(t, call(t, s, "x = 1"))
+	running := submitCall(t, s, "import time\ntime.sleep(600)")
+	queued := submitCall(t, s, "emit_result(x)")
+	publishCall(t, js, s.ID, done.ExecutionID, "emit_result(3)")
+	if pending, held := openerSettles(t, js, 1); pending != 0 || held != 1 {
+		t.Errorf("the opener holds %d calls (%d not yet seen), want the last", held, pending)
+	}
+	if err := w.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.cmd.Wait()
+	startWorker(t, nc, 1, 0, nil)
+	for name, e := range map[string]*client.Execution{"running": running, "queued": queued} {
+		if res := waitWithin(t, e, time.Minute); res == nil || res.ErrorKind != wire.KindSessionLost {
+			t.Errorf("the %s call of a dead worker's session: %s, want session_lost", name, describeRes(res))
+		}
+	}
+}
