@@ -35,6 +35,7 @@ type view struct {
 	rev     uint64
 	written time.Time // of the entry
 	floor   uint64    // the owner has acked every call up to this stream sequence
+	known   bool      // floor was read from the owner's consumer
 	held    uint64    // the latest call this opener held (nakked) of the session
 	read    time.Time // when entry and floor were read
 	// readAfter: every call up to this stream sequence was stored before the read.
@@ -82,7 +83,7 @@ func (s *sessions) view(ctx context.Context, id string, vs *views, current bool)
 	v.entry, v.rev, v.written, v.read, v.readAfter = entry, rev, written, time.Now(), vs.seen
 	if entry != nil && entry.State == sessionOpen {
 		if c, err := s.js.Consumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id)); err == nil {
-			v.floor = max(v.floor, c.CachedInfo().AckFloor.Stream)
+			v.floor, v.known = max(v.floor, c.CachedInfo().AckFloor.Stream), true
 		}
 	}
 	if entry != nil {
@@ -182,7 +183,10 @@ func watchDelay(meta *jetstream.MsgMetadata) time.Duration {
 // endDead ends the open session of view v, whose owner died, and finishes its end in
 // the background.
 func (s *sessions) endDead(ctx context.Context, sandbox, id string, v *view) {
-	e := &sessionEntry{Worker: v.entry.Worker, Sandbox: sandbox, State: sessionEnded, Reason: fmt.Sprintf("its worker %s died", v.entry.Worker), From: v.floor + 1}
+	e := &sessionEntry{Worker: v.entry.Worker, Sandbox: sandbox, State: sessionEnded, Reason: fmt.Sprintf("its worker %s died", v.entry.Worker)}
+	if v.known {
+		e.From = v.floor + 1
+	}
 	if _, err := s.kv.Update(ctx, id, mustJSON(e), v.rev); err != nil {
 		return // someone else changed it: the next look sees what
 	}
@@ -290,11 +294,14 @@ func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.
 			_ = msg.NakWithDelay(200 * time.Millisecond)
 			return
 		}
-		// Answered: no call of the session was acked before it was claimed.
+		// Answered: no call of the session was acked before it was claimed. Another
+		// worker may have ended or claimed it meanwhile: the next look reads which.
 		reason := "no worker had room for it (session limits)"
-		if _, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionEnded, Reason: reason, Answered: true})); err == nil {
-			s.answer(sandbox, msg, wire.KindSessionLimit, fmt.Sprintf("session %s could not be opened: %s", id, reason))
+		if _, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionEnded, Reason: reason, Answered: true})); err != nil {
+			_ = msg.NakWithDelay(50 * time.Millisecond)
+			return
 		}
+		s.answer(sandbox, msg, wire.KindSessionLimit, fmt.Sprintf("session %s could not be opened: %s", id, reason))
 		_ = msg.Ack()
 		return
 	}

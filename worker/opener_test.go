@@ -196,3 +196,25 @@ func TestOpenerALastCallWithAFinishedIDHoldsTheSession(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenerCallsOfSessionsNoWorkerHasRoomForAllGetTheirEnd: two workers with no room
+// for any session, and 20 sessions of 6 calls each. Calls of one session reach their
+// last delivery on both workers at once; the worker that lost the race to end the
+// session acked its call with no answer (a review's attack: 15 of 120 had no end).
+func TestOpenerCallsOfSessionsNoWorkerHasRoomForAllGetTheirEnd(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	full := func(c *worker.Config) { c.Sandboxes[0].MaxSessions = -1 }
+	for range 2 {
+		testworker.Start(t, nc, testworker.Options{ID: newID("noroom"), NoPool: true, Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: full})
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newSessionClient(t, nc)
+	var ids []string
+	for range 20 {
+		ids = append(ids, publishCalls(t, js, c.NewSession("default").ID, 6, "pass")...)
+	}
+	waitForEnds(t, js, ids, time.Minute, "calls of sessions no worker had room for")
+}
