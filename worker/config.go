@@ -128,9 +128,10 @@ type Config struct {
 	MaxBacklogBytes int64
 	// TenantBacklog bounds each subject of the jobs stream: a tenant's queued jobs
 	// of one sandbox (jazzmine.exec.<tenant>.<sandbox>), or, without tenants, a
-	// sandbox's. A publish beyond it fails (DiscardNewPerSubject), so that one
-	// tenant cannot fill the fleet's backlog for the others. Zero means
-	// DefaultTenantBacklog; a negative value, no bound.
+	// sandbox's; and of the sessions stream: one session's waiting calls. A publish
+	// beyond it fails (DiscardNewPerSubject), so that one tenant or session cannot
+	// fill the fleet's backlog for the others. Zero means DefaultTenantBacklog; a
+	// negative value, no bound.
 	TenantBacklog int64
 	// MaxSessions caps the sessions this worker holds at once; SessionIdleTTL and
 	// SessionMaxLife end one idle that long, or that old. Zero means the defaults.

@@ -55,14 +55,16 @@ func (pr *processor) stop() {
 func (pr *processor) handle(sandbox string, msg jetstream.Msg) { pr.handleIn(sandbox, msg, nil) }
 
 // handleSession is handle for a call of session h, run in its container; it returns
-// why the session must end after it, or "".
-func (pr *processor) handleSession(h *session, msg jetstream.Msg) string {
-	pr.handleIn(h.sandbox, msg, h)
-	return h.ended
+// why the session must end after it, or "", and whether the call is done with (acked
+// or terminated, not back to the queue).
+func (pr *processor) handleSession(h *session, msg jetstream.Msg) (string, bool) {
+	act := pr.handleIn(h.sandbox, msg, h)
+	return h.ended, act == actAck || act == actTerm
 }
 
-// handleIn is handle, in the container of sess when it is not nil.
-func (pr *processor) handleIn(sandbox string, msg jetstream.Msg, sess *session) {
+// handleIn is handle, in the container of sess when it is not nil; it returns what
+// it did with the message.
+func (pr *processor) handleIn(sandbox string, msg jetstream.Msg, sess *session) action {
 	attempt := 1
 	if meta, err := msg.Metadata(); err == nil {
 		attempt = int(meta.NumDelivered)
@@ -118,6 +120,7 @@ func (pr *processor) handleIn(sandbox string, msg jetstream.Msg, sess *session) 
 	if err != nil {
 		log.Warn("answer the job message", "action", act.String(), "err", err)
 	}
+	return act
 }
 
 // heartbeat tells the server the job is in progress every Heartbeat until stopped.

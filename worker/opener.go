@@ -126,24 +126,27 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 	entry := v.entry
 	switch {
 	case entry == nil && !valid:
-		_ = msg.Ack()
+		s.done(msg)
 		return
 	case entry == nil:
 		switch answered, err := s.events.ended(ctx, key); {
 		case err != nil:
 			_ = msg.NakWithDelay(time.Second) // not claimed on a guess: it may have run
 		case answered:
-			_ = msg.Ack() // while no worker served its sandbox (triage.go)
+			s.done(msg) // while no worker served its sandbox (triage.go)
 		default:
 			s.claim(ctx, sandbox, id, msg, meta, vs)
 		}
 		return
 	case entry.Sandbox != sandbox:
 		s.answer(sandbox, msg, wire.KindInvalidJob, fmt.Sprintf("session %s is a session of sandbox %s, not %s: a session id is the fleet's, use a new one", id, entry.Sandbox, sandbox))
-		_ = msg.Ack()
+		s.done(msg)
 		return
-	case entry.State == sessionOpen && (v.floor >= seq || v.held > seq):
-		_ = msg.Ack() // its owner ran it, or a later call held answers for it
+	case entry.State == sessionOpen && v.floor >= seq:
+		s.done(msg) // its owner ran it
+		return
+	case entry.State == sessionOpen && v.held > seq:
+		_ = msg.Ack() // a later call held answers for it; its owner runs it
 		return
 	case entry.State == sessionOpen && s.alive(entry, id, v.written):
 		s.hold(msg, meta, v)
@@ -159,13 +162,33 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 		s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason))
 	}
 	if entry.Answered || v.held > seq {
-		_ = msg.Ack()
+		s.done(msg)
 		return
 	}
 	if time.Since(v.written) > endStall {
 		s.finishLater(ctx, sandbox, id, entry)
 	}
 	s.hold(msg, meta, v)
+}
+
+// done acks a call that is done with, run or answered, and drops it.
+func (s *sessions) done(msg jetstream.Msg) {
+	_ = msg.Ack()
+	s.drop(msg)
+}
+
+// drop deletes a call that is done with from the sessions stream, which holds the
+// calls that wait (its bounds refuse new calls rather than drop waiting ones).
+func (s *sessions) drop(msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.stream.DeleteMsg(ctx, meta.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		s.log.Debug("drop a session call", "seq", meta.Sequence.Stream, "err", err)
+	}
 }
 
 // hold looks at the call again later, and notes it held.
@@ -223,9 +246,24 @@ func (s *sessions) finish(ctx context.Context, sandbox, id string, e *sessionEnt
 	if err := s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete the session's consumer: %w", err)
 	}
-	if err := s.answerAll(ctx, sandbox, id, e.Reason, e.From); err != nil {
+	last, err := s.answerAll(ctx, sandbox, id, e.Reason, e.From)
+	if err != nil {
 		return err
 	}
+	if err := s.answered(ctx, id); err != nil {
+		return err
+	}
+	// The calls answered are dropped; those stored after them are the opener's.
+	if last > 0 {
+		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(wire.SessionSubject(sandbox, id)), jetstream.WithPurgeSequence(last+1)); err != nil {
+			return fmt.Errorf("drop the session's answered calls: %w", err)
+		}
+	}
+	return nil
+}
+
+// answered says in ended session id's entry that every call it left has its end.
+func (s *sessions) answered(ctx context.Context, id string) error {
 	for range 3 {
 		cur, rev, _, err := s.entry(ctx, id)
 		if err != nil || cur == nil || cur.State != sessionEnded || cur.Answered {
@@ -240,19 +278,20 @@ func (s *sessions) finish(ctx context.Context, sandbox, id string, e *sessionEnt
 }
 
 // answerAll answers with session_lost every call of session id stored so far that
-// has no end, from stream sequence from. With no from (0: the entry did not know the
-// owner's ack floor), from the first, but for calls older than the events' age: they
-// ran or were answered long since, and their events may be gone.
-func (s *sessions) answerAll(ctx context.Context, sandbox, id, reason string, from uint64) error {
+// has no end, from stream sequence from, and returns the sequence of the last it
+// looked at (0 for none). With no from (0: the entry did not know the owner's ack
+// floor), from the first, but for calls older than the events' age: they ran or
+// were answered long since, and their events may be gone.
+func (s *sessions) answerAll(ctx context.Context, sandbox, id, reason string, from uint64) (uint64, error) {
 	subject := wire.SessionSubject(sandbox, id)
 	last, err := s.stream.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
+		return 0, nil
 	} else if err != nil {
-		return fmt.Errorf("look up the last call: %w", err)
+		return 0, fmt.Errorf("look up the last call: %w", err)
 	}
 	if max(from, 1) > last.Sequence {
-		return nil
+		return 0, nil
 	}
 	walk, err := s.js.OrderedConsumer(ctx, wire.StreamSessions, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subject},
@@ -260,26 +299,32 @@ func (s *sessions) answerAll(ctx context.Context, sandbox, id, reason string, fr
 		OptStartSeq:    max(from, 1),
 	})
 	if err != nil {
-		return fmt.Errorf("read the calls: %w", err)
+		return 0, fmt.Errorf("read the calls: %w", err)
 	}
 	text := fmt.Sprintf("session %s ended: %s", id, reason)
+	at := max(from, 1) - 1 // the calls up to it are answered
 	for ctx.Err() == nil {
 		msg, err := walk.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
-			return fmt.Errorf("read the calls: %w", err)
+			// The owner drops the calls it has run: the ones left may be gone.
+			next, nerr := s.stream.GetMsg(ctx, at+1, jetstream.WithGetMsgSubject(subject))
+			if errors.Is(nerr, jetstream.ErrMsgNotFound) || nerr == nil && next.Sequence > last.Sequence {
+				return last.Sequence, nil
+			}
+			return 0, fmt.Errorf("read the calls: %w", err)
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if from > 0 || time.Since(meta.Timestamp) < s.cfg.EventsMaxAge {
 			s.answer(sandbox, msg, wire.KindSessionLost, text)
 		}
-		if meta.Sequence.Stream >= last.Sequence {
-			return nil
+		if at = meta.Sequence.Stream; at >= last.Sequence {
+			return last.Sequence, nil
 		}
 	}
-	return ctx.Err()
+	return 0, ctx.Err()
 }
 
 // claim opens session id here for its first call msg, or, at this worker's limits,
@@ -302,7 +347,7 @@ func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.
 			return
 		}
 		s.answer(sandbox, msg, wire.KindSessionLimit, fmt.Sprintf("session %s could not be opened: %s", id, reason))
-		_ = msg.Ack()
+		s.done(msg)
 		return
 	}
 	rev, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionOpen}))
@@ -317,7 +362,7 @@ func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.
 		s.log.Warn("open a session", "session_id", id, "sandbox", sandbox, "err", err)
 		s.answer(sandbox, msg, wire.KindInfrastructure, fmt.Sprintf("session %s could not be opened: %v", id, err))
 		s.end(context.Background(), &session{id: id, sandbox: sandbox}, "it could not be opened: "+err.Error())
-		_ = msg.Ack()
+		s.done(msg)
 		return
 	}
 	if v, err := s.view(ctx, id, vs, true); err == nil {

@@ -37,6 +37,15 @@ func publishCalls(t *testing.T, js jetstream.JetStream, sessionID string, n int,
 // publishCall publishes a call of the session with execution id id.
 func publishCall(t *testing.T, js jetstream.JetStream, sessionID, id, script string) {
 	t.Helper()
+	if err := tryCall(t, js, sessionID, id, script); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryCall publishes a call of the session with execution id id, and returns the
+// publish's error.
+func tryCall(t *testing.T, js jetstream.JetStream, sessionID, id, script string) error {
+	t.Helper()
 	data, err := wire.EncodeJob(wire.ContentTypeJSON, &wire.Job{ExecutionID: id, Sandbox: "default", SessionID: sessionID, Mode: wire.ModeInteractive, Script: script})
 	if err != nil {
 		t.Fatal(err)
@@ -45,9 +54,8 @@ func publishCall(t *testing.T, js jetstream.JetStream, sessionID, id, script str
 	m.Header.Set(wire.HeaderMsgID, id)
 	m.Header.Set(wire.HeaderContentType, wire.ContentTypeJSON)
 	m.Data = data
-	if _, err := js.PublishMsg(t.Context(), m); err != nil {
-		t.Fatal(err)
-	}
+	_, err = js.PublishMsg(t.Context(), m)
+	return err
 }
 
 // hasEnd reports whether the execution has a script_done in the events stream.
@@ -217,4 +225,35 @@ func TestOpenerCallsOfSessionsNoWorkerHasRoomForAllGetTheirEnd(t *testing.T) {
 		ids = append(ids, publishCalls(t, js, c.NewSession("default").ID, 6, "pass")...)
 	}
 	waitForEnds(t, js, ids, time.Minute, "calls of sessions no worker had room for")
+}
+
+// TestOpenerAFloodOfCallsDropsNoOtherSessionsCall: a session's calls wait behind a
+// slow one while another agent floods its own session with calls. The sessions
+// stream kept every call and, full, dropped the oldest: the waiting calls of the
+// first session, which then had no end (a review's attack: 3 of 3). Now it holds only
+// the calls that wait, refuses a call beyond its bounds (one session's included), and
+// the first session's calls run.
+func TestOpenerAFloodOfCallsDropsNoOtherSessionsCall(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	testworker.Start(t, nc, testworker.Options{Sandbox: sandboxpool.Sandbox{PoolSize: 1, MaxOverflow: 1}, Worker: func(c *worker.Config) { c.MaxBacklog, c.TenantBacklog = 40, 20 }})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newSessionClient(t, nc)
+	victim := c.NewSession("default")
+	mustSucceed(t, call(t, victim, "x = 1"))
+	slow := submitCall(t, victim, "import time\ntime.sleep(8)")
+	waiting := publishCalls(t, js, victim.ID, 3, "emit_result(x)")
+	flood, refused := c.NewSession("default").ID, 0
+	for range 45 {
+		if err := tryCall(t, js, flood, client.NewExecutionID(), "pass"); err != nil {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Errorf("45 calls of one session were all taken, past its bound of 20")
+	}
+	mustSucceed(t, waitWithin(t, slow, time.Minute))
+	waitForEnds(t, js, waiting, time.Minute, "a session's waiting calls after another session's flood")
 }

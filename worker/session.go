@@ -157,8 +157,11 @@ func (s *sessions) serve(h *session) {
 		if err != nil {
 			continue // nothing yet (or a passing failure): look at the clocks again
 		}
-		h.ended = s.proc.handleSession(h, msg)
-		idleSince = time.Now()
+		ended, done := s.proc.handleSession(h, msg)
+		if done {
+			s.drop(msg)
+		}
+		h.ended, idleSince = ended, time.Now()
 	}
 	close(stopTouch)
 	s.end(context.Background(), h, h.ended)

@@ -418,6 +418,15 @@ func TestSessionAttackOneSessionsQueueHoldsTheOpenerOnce(t *testing.T) {
 	if lost != queued {
 		t.Errorf("%d of the %d calls after the close got session_lost", lost, queued)
 	}
+	// The stream holds the calls that wait, none of these.
+	stream, err := js.Stream(ctx, wire.StreamSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the sessions stream to drop the calls done with", func() bool {
+		info, err := stream.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	})
 }
 
 // TestSessionAttackACallWithNoValidIDOpensNothing: a session's first call whose

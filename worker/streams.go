@@ -38,14 +38,21 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		Description: "jazzmine session calls, one subject per session",
 		Subjects:    []string{wire.SessionWildcard},
 		MaxAge:      c.SessionMaxLife + c.EventsMaxAge,
-		MaxMsgs:     c.MaxBacklog,
-		MaxBytes:    c.MaxBacklogBytes,
-		Duplicates:  c.DuplicateWindow,
+		// A call is deleted once done with (run, or answered): what the stream holds
+		// is waiting, and a full stream refuses a call rather than drop a waiting one
+		// of another session (it kept them and dropped the oldest: a review's flood
+		// of one session's calls lost another's). One session is one subject.
+		Discard:              jetstream.DiscardNew,
+		MaxMsgs:              c.MaxBacklog,
+		MaxBytes:             c.MaxBacklogBytes,
+		Duplicates:           c.DuplicateWindow,
+		MaxMsgsPerSubject:    max(c.TenantBacklog, -1),
+		DiscardNewPerSubject: c.TenantBacklog > 0,
 	}}
 	for _, cfg := range streams {
 		cfg.Replicas, cfg.Storage = c.Replicas, jetstream.FileStorage
-		if cfg.Name == wire.StreamExec {
-			if err := w.keepQueuedJobs(ctx, &cfg); err != nil {
+		if cfg.MaxMsgsPerSubject > 0 {
+			if err := w.keepQueued(ctx, &cfg); err != nil {
 				return err
 			}
 		}
@@ -78,11 +85,11 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	return w.ensureConsumers(ctx)
 }
 
-// keepQueuedJobs keeps the jobs stream's bound per subject where it is while a
-// subject holds more jobs than cfg's lower bound: the server would make room by
-// deleting the oldest, jobs that were accepted. A later start lowers it, once the
+// keepQueued keeps a stream's bound per subject where it is while a subject holds
+// more messages than cfg's lower bound: the server would make room by deleting the
+// oldest, jobs or calls that were accepted. A later start lowers it, once the
 // backlog is below.
-func (w *Worker) keepQueuedJobs(ctx context.Context, cfg *jetstream.StreamConfig) error {
+func (w *Worker) keepQueued(ctx context.Context, cfg *jetstream.StreamConfig) error {
 	stream, err := w.js.Stream(ctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil
@@ -93,14 +100,14 @@ func (w *Worker) keepQueuedJobs(ctx context.Context, cfg *jetstream.StreamConfig
 	if cfg.MaxMsgsPerSubject <= 0 || (old.MaxMsgsPerSubject > 0 && old.MaxMsgsPerSubject <= cfg.MaxMsgsPerSubject) {
 		return nil
 	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(execAll))
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(cfg.Subjects[0]))
 	if err != nil {
-		return fmt.Errorf("count the queued jobs of stream %s: %w", cfg.Name, err)
+		return fmt.Errorf("count the queued messages of stream %s: %w", cfg.Name, err)
 	}
 	for subject, n := range info.State.Subjects {
 		if int64(n) > cfg.MaxMsgsPerSubject {
-			w.log.Warn("the jobs stream's bound per tenant and sandbox is not lowered yet: a subject holds more jobs than it, which the server would delete",
-				"subject", subject, "queued", n, "tenant_backlog", cfg.MaxMsgsPerSubject, "kept", old.MaxMsgsPerSubject)
+			w.log.Warn("a stream's bound per subject (tenant_backlog) is not lowered yet: a subject holds more messages than it, which the server would delete",
+				"stream", cfg.Name, "subject", subject, "queued", n, "tenant_backlog", cfg.MaxMsgsPerSubject, "kept", old.MaxMsgsPerSubject)
 			cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = old.MaxMsgsPerSubject, old.DiscardNewPerSubject
 			return nil
 		}

@@ -24,7 +24,7 @@ import (
 //	  duplicate_window: 2m      # jobs with the same Nats-Msg-Id in this window run once
 //	  max_backlog: 100000       # queued jobs; beyond it a publish fails
 //	  max_backlog_bytes: 1GiB   # in bytes
-//	  tenant_backlog: 10000     # queued jobs per tenant and sandbox (per sandbox without tenants); -1: no bound
+//	  tenant_backlog: 10000     # queued jobs per tenant and sandbox (per sandbox without tenants), waiting calls per session; -1: no bound
 //	  files_max_bytes: 1GiB     # the bucket JAZZMINE_FILES: inputs, artifacts, images
 //	  max_script_bytes: 262144
 //	  shutdown_grace: 30s       # on SIGTERM, how long running jobs may finish
