@@ -427,6 +427,9 @@ func TestSessionAttackOneSessionsQueueHoldsTheOpenerOnce(t *testing.T) {
 		info, err := stream.Info(ctx)
 		return err == nil && info.State.Msgs == 0
 	})
+	if pending, held := openerSettles(t, js, 0); pending != 0 || held != 0 {
+		t.Errorf("with every call done with, the opener holds %d (%d not yet seen)", held, pending)
+	}
 }
 
 // TestSessionAttackACallWithNoValidIDOpensNothing: a session's first call whose
