@@ -139,8 +139,7 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 		}
 		return
 	case entry.Sandbox != sandbox:
-		s.answer(sandbox, msg, wire.KindInvalidJob, fmt.Sprintf("session %s is a session of sandbox %s, not %s: a session id is the fleet's, use a new one", id, entry.Sandbox, sandbox))
-		s.done(msg)
+		s.answerDone(sandbox, msg, wire.KindInvalidJob, fmt.Sprintf("session %s is a session of sandbox %s, not %s: a session id is the fleet's, use a new one", id, entry.Sandbox, sandbox))
 		return
 	case entry.State == sessionOpen && v.floor >= seq:
 		s.done(msg) // its owner ran it
@@ -159,7 +158,10 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 		return
 	}
 	if valid {
-		s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason))
+		if err := s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason)); err != nil {
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
 	}
 	if entry.Answered || v.held > seq {
 		s.done(msg)
@@ -171,23 +173,47 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 	s.hold(msg, meta, v)
 }
 
-// done acks a call that is done with, run or answered, and drops it.
-func (s *sessions) done(msg jetstream.Msg) {
-	_ = msg.Ack()
-	s.drop(msg)
+// answerDone answers the call (see answer) and, once it has its end, is done with it.
+func (s *sessions) answerDone(sandbox string, msg jetstream.Msg, kind, text string) {
+	if err := s.answer(sandbox, msg, kind, text); err != nil {
+		_ = msg.NakWithDelay(time.Second) // answered on the next look
+		return
+	}
+	s.done(msg)
 }
 
-// drop deletes a call that is done with from the sessions stream, which holds the
-// calls that wait (its bounds refuse new calls rather than drop waiting ones).
-func (s *sessions) drop(msg jetstream.Msg) {
+// done deletes a call that is done with, run or answered, from the sessions stream,
+// which holds the calls that wait (its bounds refuse new calls rather than drop
+// waiting ones), and acks it; a call that could not be deleted comes back to be
+// deleted (it would hold its room until the stream's max age).
+func (s *sessions) done(msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err != nil {
+		_ = msg.Ack()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.stream.DeleteMsg(ctx, meta.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		s.log.Debug("drop a session call", "seq", meta.Sequence.Stream, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// dropThrough deletes, from the sessions stream, the calls of session h up to msg,
+// which its owner has just acked: the owner runs them in order, so every one is done
+// with. A deletion that failed before is made up for here, or by the session's end.
+func (s *sessions) dropThrough(h *session, msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(wire.SessionSubject(h.sandbox, h.id)), jetstream.WithPurgeSequence(meta.Sequence.Stream+1)); err != nil {
+		s.log.Debug("drop a session's calls", "session_id", h.id, "through", meta.Sequence.Stream, "err", err)
 	}
 }
 
@@ -246,16 +272,16 @@ func (s *sessions) finish(ctx context.Context, sandbox, id string, e *sessionEnt
 	if err := s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete the session's consumer: %w", err)
 	}
-	last, err := s.answerAll(ctx, sandbox, id, e.Reason, e.From)
+	through, err := s.answerAll(ctx, sandbox, id, e.Reason, e.From)
 	if err != nil {
 		return err
 	}
 	if err := s.answered(ctx, id); err != nil {
 		return err
 	}
-	// The calls answered are dropped; those stored after them are the opener's.
-	if last > 0 {
-		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(wire.SessionSubject(sandbox, id)), jetstream.WithPurgeSequence(last+1)); err != nil {
+	// The calls run or answered are dropped; those stored after them are the opener's.
+	if through > 0 {
+		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(wire.SessionSubject(sandbox, id)), jetstream.WithPurgeSequence(through+1)); err != nil {
 			return fmt.Errorf("drop the session's answered calls: %w", err)
 		}
 	}
@@ -278,8 +304,8 @@ func (s *sessions) answered(ctx context.Context, id string) error {
 }
 
 // answerAll answers with session_lost every call of session id stored so far that
-// has no end, from stream sequence from, and returns the sequence of the last it
-// looked at (0 for none). With no from (0: the entry did not know the owner's ack
+// has no end, from stream sequence from, and returns the sequence through which
+// every call of the session is done with, run or answered (0 for none). With no from (0: the entry did not know the owner's ack
 // floor), from the first, but for calls older than the events' age: they ran or
 // were answered long since, and their events may be gone.
 func (s *sessions) answerAll(ctx context.Context, sandbox, id, reason string, from uint64) (uint64, error) {
@@ -291,7 +317,7 @@ func (s *sessions) answerAll(ctx context.Context, sandbox, id, reason string, fr
 		return 0, fmt.Errorf("look up the last call: %w", err)
 	}
 	if max(from, 1) > last.Sequence {
-		return 0, nil
+		return last.Sequence, nil // its owner acked every one
 	}
 	walk, err := s.js.OrderedConsumer(ctx, wire.StreamSessions, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subject},
@@ -318,7 +344,9 @@ func (s *sessions) answerAll(ctx context.Context, sandbox, id, reason string, fr
 			return 0, err
 		}
 		if from > 0 || time.Since(meta.Timestamp) < s.cfg.EventsMaxAge {
-			s.answer(sandbox, msg, wire.KindSessionLost, text)
+			if err := s.answer(sandbox, msg, wire.KindSessionLost, text); err != nil {
+				return 0, err
+			}
 		}
 		if at = meta.Sequence.Stream; at >= last.Sequence {
 			return last.Sequence, nil
@@ -346,8 +374,7 @@ func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.
 			_ = msg.NakWithDelay(50 * time.Millisecond)
 			return
 		}
-		s.answer(sandbox, msg, wire.KindSessionLimit, fmt.Sprintf("session %s could not be opened: %s", id, reason))
-		s.done(msg)
+		s.answerDone(sandbox, msg, wire.KindSessionLimit, fmt.Sprintf("session %s could not be opened: %s", id, reason))
 		return
 	}
 	rev, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionOpen}))
@@ -360,8 +387,12 @@ func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.
 	}
 	if err := s.begin(ctx, sandbox, id, rev); err != nil {
 		s.log.Warn("open a session", "session_id", id, "sandbox", sandbox, "err", err)
-		s.answer(sandbox, msg, wire.KindInfrastructure, fmt.Sprintf("session %s could not be opened: %v", id, err))
+		answered := s.answer(sandbox, msg, wire.KindInfrastructure, fmt.Sprintf("session %s could not be opened: %v", id, err))
 		s.end(context.Background(), &session{id: id, sandbox: sandbox}, "it could not be opened: "+err.Error())
+		if answered != nil {
+			_ = msg.NakWithDelay(time.Second) // session_lost on the next look
+			return
+		}
 		s.done(msg)
 		return
 	}

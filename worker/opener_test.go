@@ -46,11 +46,17 @@ func publishCall(t *testing.T, js jetstream.JetStream, sessionID, id, script str
 // publish's error.
 func tryCall(t *testing.T, js jetstream.JetStream, sessionID, id, script string) error {
 	t.Helper()
-	data, err := wire.EncodeJob(wire.ContentTypeJSON, &wire.Job{ExecutionID: id, Sandbox: "default", SessionID: sessionID, Mode: wire.ModeInteractive, Script: script})
+	return tryCallOf(t, js, "default", sessionID, id, script)
+}
+
+// tryCallOf is tryCall for a session of sandbox.
+func tryCallOf(t *testing.T, js jetstream.JetStream, sandbox, sessionID, id, script string) error {
+	t.Helper()
+	data, err := wire.EncodeJob(wire.ContentTypeJSON, &wire.Job{ExecutionID: id, Sandbox: sandbox, SessionID: sessionID, Mode: wire.ModeInteractive, Script: script})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := nats.NewMsg(wire.SessionSubject("default", sessionID))
+	m := nats.NewMsg(wire.SessionSubject(sandbox, sessionID))
 	m.Header.Set(wire.HeaderMsgID, id)
 	m.Header.Set(wire.HeaderContentType, wire.ContentTypeJSON)
 	m.Data = data
@@ -256,4 +262,61 @@ func TestOpenerAFloodOfCallsDropsNoOtherSessionsCall(t *testing.T) {
 	}
 	mustSucceed(t, waitWithin(t, slow, time.Minute))
 	waitForEnds(t, js, waiting, time.Minute, "a session's waiting calls after another session's flood")
+}
+
+// TestOpenerCallsOfASandboxNobodyServesHoldNoRoom: an agent sends calls to a sandbox
+// no worker serves, one new session each. They are answered (invalid_job), and were
+// kept until the stream's max age: once the stream refused calls when full, 40 of
+// them refused every session's calls (a review's attack). They are deleted now.
+func TestOpenerCallsOfASandboxNobodyServesHoldNoRoom(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	testworker.Start(t, nc, testworker.Options{Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: func(c *worker.Config) { c.MaxBacklog, c.TenantBacklog = 40, 20 }})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 40 {
+		ids = append(ids, client.NewExecutionID())
+		if err := tryCallOf(t, js, "nobody", client.NewExecutionID(), ids[len(ids)-1], "pass"); err != nil {
+			t.Fatalf("call %d of sandbox nobody: %v", len(ids), err)
+		}
+	}
+	waitForEnds(t, js, ids, 30*time.Second, "calls of sandbox nobody")
+	stream, err := js.Stream(t.Context(), wire.StreamSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the answered calls to leave the sessions stream", func() bool {
+		info, err := stream.Info(t.Context())
+		return err == nil && info.State.Msgs == 0
+	})
+	s := newSessionClient(t, nc).NewSession("default")
+	mustSucceed(t, call(t, s, "emit_result(1)"))
+}
+
+// TestOpenerAFullStreamOfAnEarlierVersionRefusesNoCall: an earlier version's sessions
+// stream kept every call, run or not, and dropped the oldest when full. Made to
+// refuse calls when full, it refused every call until they aged out (a review's
+// attack): it keeps dropping the oldest while more than half full.
+func TestOpenerAFullStreamOfAnEarlierVersionRefusesNoCall(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.StreamSessions, Subjects: []string{wire.SessionWildcard}, MaxAge: 2 * time.Hour, MaxMsgs: 40, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	for range 60 { // the earlier fleet ran them; the stream kept the last 40
+		publishCall(t, js, client.NewExecutionID(), client.NewExecutionID(), "pass")
+	}
+	// The earlier fleet's opener had seen them all.
+	if _, err := js.CreateConsumer(ctx, wire.StreamSessions, jetstream.ConsumerConfig{Durable: wire.SessionOpenerName("default"), FilterSubject: wire.SessionSandboxWildcard("default"), DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	testworker.Start(t, nc, testworker.Options{Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: func(c *worker.Config) { c.MaxBacklog, c.TenantBacklog = 40, 20 }})
+	s := newSessionClient(t, nc).NewSession("default")
+	mustSucceed(t, call(t, s, "emit_result(1)"))
 }

@@ -159,7 +159,7 @@ func (s *sessions) serve(h *session) {
 		}
 		ended, done := s.proc.handleSession(h, msg)
 		if done {
-			s.drop(msg)
+			s.dropThrough(h, msg)
 		}
 		h.ended, idleSince = ended, time.Now()
 	}
@@ -287,11 +287,13 @@ func (s *sessions) touch(h *session, rev uint64, stop <-chan struct{}) {
 
 // answer ends a call that does not run with an error of kind, unless it has an end
 // already (its session's owner ran it before the session ended).
-func (s *sessions) answer(sandbox string, msg jetstream.Msg, kind, text string) {
+// It fails when it cannot tell whether the call has an end, or cannot store one:
+// the caller keeps the call to answer it again.
+func (s *sessions) answer(sandbox string, msg jetstream.Msg, kind, text string) error {
 	job, ref, ct, err := decode(sandbox, msg, s.cfg.MaxScriptBytes)
 	switch {
 	case err != nil && ref.id == "":
-		return // no id of its own to answer under: the caller acks it
+		return nil // no id of its own to answer under: no end is owed
 	case err != nil:
 		kind, text = wire.KindInvalidJob, err.Error()
 	}
@@ -302,13 +304,15 @@ func (s *sessions) answer(sandbox string, msg jetstream.Msg, kind, text string) 
 	ctx, cancel := publishContext()
 	defer cancel()
 	if ended, err := s.events.ended(ctx, ref.key()); err != nil || ended {
-		return
+		return err
 	}
 	// Attempt 0, as a job ended before it ran: its message ids are never a run's.
 	p := s.events.publisher(ref, 0, ct, meta)
-	if perr := p.terminal(kind, text); perr != nil {
-		s.log.Warn("answer a session call", "execution_id", ref, "err", perr)
+	if err := p.terminal(kind, text); err != nil {
+		s.log.Warn("answer a session call", "execution_id", ref, "err", err)
+		return err
 	}
+	return nil
 }
 
 func mustJSON(v any) []byte {

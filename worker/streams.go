@@ -51,6 +51,11 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	}}
 	for _, cfg := range streams {
 		cfg.Replicas, cfg.Storage = c.Replicas, jetstream.FileStorage
+		if cfg.Name == wire.StreamSessions {
+			if err := w.keepDiscardOld(ctx, &cfg); err != nil {
+				return err
+			}
+		}
 		if cfg.MaxMsgsPerSubject > 0 {
 			if err := w.keepQueued(ctx, &cfg); err != nil {
 				return err
@@ -83,6 +88,30 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		return err
 	}
 	return w.ensureConsumers(ctx)
+}
+
+// keepDiscardOld keeps the sessions stream of an earlier version dropping its oldest
+// calls while it holds more than half its bounds: that stream kept every call, run
+// or not, and made to refuse new calls when full it would refuse every call until
+// they aged out (a review's attack). The calls done with are deleted from now on; a
+// later start switches it.
+func (w *Worker) keepDiscardOld(ctx context.Context, cfg *jetstream.StreamConfig) error {
+	stream, err := w.js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("look up stream %s: %w", cfg.Name, err)
+	}
+	info := stream.CachedInfo()
+	if info.Config.Discard != jetstream.DiscardOld {
+		return nil
+	}
+	if st := info.State; cfg.MaxMsgs > 0 && int64(st.Msgs) > cfg.MaxMsgs/2 || cfg.MaxBytes > 0 && int64(st.Bytes) > cfg.MaxBytes/2 {
+		w.log.Warn("the sessions stream keeps dropping its oldest calls for now: it holds more than half its bounds, calls an earlier version kept once run",
+			"stream", cfg.Name, "msgs", st.Msgs, "bytes", st.Bytes, "max_backlog", cfg.MaxMsgs, "max_backlog_bytes", cfg.MaxBytes)
+		cfg.Discard, cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = jetstream.DiscardOld, info.Config.MaxMsgsPerSubject, false
+	}
+	return nil
 }
 
 // keepQueued keeps a stream's bound per subject where it is while a subject holds

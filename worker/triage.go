@@ -167,8 +167,10 @@ func identify(h nats.Header, data []byte) (id, ct string, meta map[string]string
 }
 
 // seeSession is see for a session call: one of a sandbox no worker serves (no opener
-// consumer) gets invalid_job. It stays in the sessions stream until its max age; an
-// opener made later skips it, since it has its end (session.go).
+// consumer) gets invalid_job, and is deleted from the sessions stream, where it would
+// hold room until the stream's max age (a flood of them refused every session's
+// calls, a review's attack). Should an opener come first, it skips it, since it has
+// its end (opener.go).
 func (t *triage) seeSession(m *nats.Msg) {
 	sandbox, _, err := wire.ParseSessionSubject(m.Subject)
 	if err != nil || t.served[sandbox] {
@@ -177,6 +179,35 @@ func (t *triage) seeSession(m *nats.Msg) {
 	t.bg.run("", m, func(ctx context.Context) {
 		if _, err := t.js.Consumer(ctx, wire.StreamSessions, wire.SessionOpenerName(sandbox)); errors.Is(err, jetstream.ErrConsumerNotFound) {
 			t.unknown("", sandbox, m)
+			t.dropCall(ctx, m)
 		}
 	})
+}
+
+// dropCall deletes session call m from the sessions stream: the call of its subject
+// with its Nats-Msg-Id, looked for twice while the stream may not have stored it yet.
+func (t *triage) dropCall(ctx context.Context, m *nats.Msg) {
+	stream, err := t.js.Stream(ctx, wire.StreamSessions)
+	if err != nil {
+		return
+	}
+	id := m.Header.Get(wire.HeaderMsgID)
+	for try := range 2 {
+		if try > 0 {
+			sleep(ctx, 100*time.Millisecond)
+		}
+		for seq, n := uint64(1), 0; n < 100; n++ { // a session's calls, in order
+			got, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(m.Subject))
+			if err != nil {
+				break
+			}
+			if got.Header.Get(wire.HeaderMsgID) == id {
+				if err := stream.DeleteMsg(ctx, got.Sequence); err != nil {
+					t.log.Debug("drop a session call of an unknown sandbox", "seq", got.Sequence, "err", err)
+				}
+				return
+			}
+			seq = got.Sequence + 1
+		}
+	}
 }
