@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -319,4 +321,43 @@ func TestOpenerAFullStreamOfAnEarlierVersionRefusesNoCall(t *testing.T) {
 	testworker.Start(t, nc, testworker.Options{Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: func(c *worker.Config) { c.MaxBacklog, c.TenantBacklog = 40, 20 }})
 	s := newSessionClient(t, nc).NewSession("default")
 	mustSucceed(t, call(t, s, "emit_result(1)"))
+}
+
+// TestOpenerAnOwnerTakenForDeadFreesItsContainer: a worker that holds a session stops
+// answering for 20 s (SIGSTOP: a long pause, a partition). Another worker's opener
+// takes it for dead and ends its session. Once it runs again, it gives the session's
+// container back at once; it held it until the session's idle TTL, 10 minutes (a
+// review's finding).
+func TestOpenerAnOwnerTakenForDeadFreesItsContainer(t *testing.T) {
+	w, nc, js := processToKill(t, "stalled")
+	t.Cleanup(func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
+	s := newSessionClient(t, nc).NewSession("default")
+	first := mustSucceed(t, call(t, s, "x = 1"))
+	if first.WorkerID != w.id {
+		t.Fatalf("the session opened on %s, not the worker to stop", first.WorkerID)
+	}
+	stream, err := js.Stream(t.Context(), wire.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := testenv.StoredMsg(t, stream, wire.EventSubject(first.ExecutionID, wire.EventStarted))
+	started, err := wire.DecodeEvent(raw.Header.Get(wire.HeaderContentType), raw.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds := func() bool { return slices.Contains(testenv.ContainersOf(t, w.id), started.ContainerID) }
+	if !holds() {
+		t.Fatalf("the session's container %s is not among the worker's: %v", started.ContainerID, testenv.ContainersOf(t, w.id))
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, nc, 1, 0, nil)
+	if res := waitWithin(t, submitCall(t, s, "emit_result(x)"), time.Minute); res == nil || res.ErrorKind != wire.KindSessionLost {
+		t.Fatalf("a call while the owner is stopped: %s, want session_lost", describeRes(res))
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the owner to give the session's container back", func() bool { return !holds() })
 }

@@ -78,6 +78,9 @@ type session struct {
 	opened      time.Time
 	rev         uint64 // of its entry when it was claimed
 	ended       string // why it ended, once it has; set by the session's own loop
+	// taken says why the fleet ended the session, its owner taken for dead (touch);
+	// the fleet answers its calls.
+	taken chan string
 }
 
 func newSessions(cfg *Config, js jetstream.JetStream, proc *processor, ev *events) *sessions {
@@ -131,7 +134,7 @@ func (s *sessions) begin(ctx context.Context, sandbox, id string, rev uint64) er
 		lease.Release()
 		return err
 	}
-	h := &session{id: id, sandbox: sandbox, lease: lease, cons: cons, opened: time.Now(), rev: rev}
+	h := &session{id: id, sandbox: sandbox, lease: lease, cons: cons, opened: time.Now(), rev: rev, taken: make(chan string, 1)}
 	s.mu.Lock()
 	s.held[id] = h
 	s.mu.Unlock()
@@ -148,7 +151,14 @@ func (s *sessions) serve(h *session) {
 	s.loops.Add(1)
 	go s.touch(h, h.rev, stopTouch)
 	idleSince := time.Now()
+	taken := false
 	for h.ended == "" {
+		select {
+		case h.ended = <-h.taken:
+			taken = true
+			continue
+		default:
+		}
 		if reason := s.expired(h, idleSince); reason != "" {
 			h.ended = reason
 			break
@@ -164,6 +174,10 @@ func (s *sessions) serve(h *session) {
 		h.ended, idleSince = ended, time.Now()
 	}
 	close(stopTouch)
+	if taken {
+		s.release(h, h.ended)
+		return
+	}
 	s.end(context.Background(), h, h.ended)
 }
 
@@ -211,6 +225,11 @@ func (s *sessions) end(ctx context.Context, h *session, reason string) {
 	if err := s.finish(ctx, h.sandbox, h.id, e); err != nil {
 		s.log.Warn("answer the calls left in an ended session; an opener will finish it", "session_id", h.id, "err", err)
 	}
+	s.release(h, reason)
+}
+
+// release retires the session's container and forgets the session.
+func (s *sessions) release(h *session, reason string) {
 	if h.lease != nil {
 		h.lease.Retire(sandboxpool.RetireSession)
 		h.lease.Release()
@@ -275,12 +294,18 @@ func (s *sessions) touch(h *session, rev uint64, stop <-chan struct{}) {
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), sessionTouch)
 			next, err := s.kv.Update(ctx, h.id, entry, rev)
-			cancel()
 			if err == nil {
 				rev = next
+			} else if e, _, _, gerr := s.entry(ctx, h.id); gerr == nil && e != nil && e.State == sessionEnded {
+				// The fleet took this worker for dead (it could not write for a
+				// while) and ended the session; it holds the container for nothing.
+				h.taken <- "the fleet ended it: " + e.Reason
+				cancel()
+				return
 			} else {
 				s.log.Warn("refresh a session's entry", "session_id", h.id, "err", err)
 			}
+			cancel()
 		}
 	}
 }
