@@ -20,13 +20,8 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		Description: "jazzmine jobs, one subject per sandbox (and tenant)",
 		Subjects:    []string{execAll},
 		Retention:   jetstream.WorkQueuePolicy,
-		Discard:     jetstream.DiscardNew,
-		MaxMsgs:     c.MaxBacklog,
-		MaxBytes:    c.MaxBacklogBytes,
 		Duplicates:  c.DuplicateWindow,
-		// A tenant's jobs of a sandbox are one subject: each tenant's own bound.
-		MaxMsgsPerSubject:    max(c.TenantBacklog, -1),
-		DiscardNewPerSubject: c.TenantBacklog > 0,
+		// Bounded as below; a tenant's jobs of a sandbox are one subject.
 	}, {
 		Name:        wire.StreamEvents,
 		Description: "jazzmine execution events, one subject per execution and type",
@@ -38,19 +33,20 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		Description: "jazzmine session calls, one subject per session",
 		Subjects:    []string{wire.SessionWildcard},
 		MaxAge:      c.SessionMaxLife + c.EventsMaxAge,
+		Duplicates:  c.DuplicateWindow,
 		// A call is deleted once done with (run, or answered): what the stream holds
 		// is waiting, and a full stream refuses a call rather than drop a waiting one
 		// of another session (it kept them and dropped the oldest: a review's flood
 		// of one session's calls lost another's). One session is one subject.
-		Discard:              jetstream.DiscardNew,
-		MaxMsgs:              c.MaxBacklog,
-		MaxBytes:             c.MaxBacklogBytes,
-		Duplicates:           c.DuplicateWindow,
-		MaxMsgsPerSubject:    max(c.TenantBacklog, -1),
-		DiscardNewPerSubject: c.TenantBacklog > 0,
 	}}
 	for _, cfg := range streams {
 		cfg.Replicas, cfg.Storage = c.Replicas, jetstream.FileStorage
+		if cfg.Name != wire.StreamEvents {
+			// The backlog's bounds: a publish beyond them fails, and each subject
+			// (a tenant's jobs of a sandbox, a session's calls) has its own.
+			cfg.Discard, cfg.MaxMsgs, cfg.MaxBytes = jetstream.DiscardNew, c.MaxBacklog, c.MaxBacklogBytes
+			cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = max(c.TenantBacklog, -1), c.TenantBacklog > 0
+		}
 		if cfg.Name == wire.StreamSessions {
 			if err := w.keepDiscardOld(ctx, &cfg); err != nil {
 				return err
