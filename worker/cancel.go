@@ -158,7 +158,7 @@ func (c *canceller) queued(ctx context.Context, ref execRef) (bool, error) {
 		filter = wire.SubjectPrefixExec + "." + ref.tenant + ".*"
 	}
 	found := false
-	complete, err := scanJobs(ctx, stream, filter, queuedScanMax, func(msg *jetstream.RawStreamMsg) bool {
+	complete, err := scan(ctx, stream, filter, 0, queuedScanMax, func(msg *jetstream.RawStreamMsg) bool {
 		found = msg.Header.Get(wire.HeaderMsgID) == ref.id
 		return !found
 	})

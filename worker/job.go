@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -54,12 +55,12 @@ func (pr *processor) stop() {
 // the events stream, then the job acked, nakked or terminated.
 func (pr *processor) handle(sandbox string, msg jetstream.Msg) { pr.handleIn(sandbox, msg, nil) }
 
-// handleSession is handle for a call of session h, run in its container; it returns
-// why the session must end after it, or "", and whether the call is done with (acked
-// or terminated, not back to the queue).
-func (pr *processor) handleSession(h *session, msg jetstream.Msg) (string, bool) {
+// handleSession is handle for a call of session h, run in its container (it sets
+// h.ended when the session must end after it); it reports whether the call is done
+// with (acked or terminated, not back to the queue).
+func (pr *processor) handleSession(h *session, msg jetstream.Msg) bool {
 	act := pr.handleIn(h.sandbox, msg, h)
-	return h.ended, act == actAck || act == actTerm
+	return act == actAck || act == actTerm
 }
 
 // handleIn is handle, in the container of sess when it is not nil; it returns what
@@ -197,7 +198,7 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 // validated against the sandbox it was pulled for and the script limit, with its
 // Nats-Msg-Id header naming the execution its body does. On error, job and ref are
 // what could be read (ref.id is the id an error may be published under, or "").
-func decode(sandbox string, msg jetstream.Msg, maxScript int) (job *wire.Job, ref execRef, ct string, err error) {
+func decode(sandbox string, msg message, maxScript int) (job *wire.Job, ref execRef, ct string, err error) {
 	hdr := msg.Headers()
 	headerID := hdr.Get(wire.HeaderMsgID)
 	ref.tenant, _, _ = wire.ParseExecSubject(msg.Subject()) // the consumer's filters match no other shape
@@ -220,6 +221,21 @@ func decode(sandbox string, msg jetstream.Msg, maxScript int) (job *wire.Job, re
 	}
 	return job, execRef{ref.tenant, job.ExecutionID}, ct, nil
 }
+
+// message is what decode reads of a message: a delivery (jetstream.Msg), or one read
+// from a stream (storedMsg).
+type message interface {
+	Subject() string
+	Headers() nats.Header
+	Data() []byte
+}
+
+// storedMsg is a message read from a stream, as decode reads it.
+type storedMsg struct{ m *jetstream.RawStreamMsg }
+
+func (s storedMsg) Subject() string      { return s.m.Subject }
+func (s storedMsg) Headers() nats.Header { return s.m.Header }
+func (s storedMsg) Data() []byte         { return s.m.Data }
 
 // invalid answers a job that decode refused: an invalid_job error and script_done
 // under the id it owns, if any, and the job terminated with the reason.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -212,9 +213,14 @@ func (s *sessions) dropThrough(h *session, msg jetstream.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(wire.SessionSubject(h.sandbox, h.id)), jetstream.WithPurgeSequence(meta.Sequence.Stream+1)); err != nil {
+	if err := s.purge(ctx, h.sandbox, h.id, meta.Sequence.Stream); err != nil {
 		s.log.Debug("drop a session's calls", "session_id", h.id, "through", meta.Sequence.Stream, "err", err)
 	}
+}
+
+// purge deletes the calls of session id up to stream sequence through.
+func (s *sessions) purge(ctx context.Context, sandbox, id string, through uint64) error {
+	return s.stream.Purge(ctx, jetstream.WithPurgeSubject(wire.SessionSubject(sandbox, id)), jetstream.WithPurgeSequence(through+1))
 }
 
 // hold looks at the call again later, and notes it held.
@@ -281,7 +287,7 @@ func (s *sessions) finish(ctx context.Context, sandbox, id string, e *sessionEnt
 	}
 	// The calls run or answered are dropped; those stored after them are the opener's.
 	if through > 0 {
-		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(wire.SessionSubject(sandbox, id)), jetstream.WithPurgeSequence(through+1)); err != nil {
+		if err := s.purge(ctx, sandbox, id, through); err != nil {
 			return fmt.Errorf("drop the session's answered calls: %w", err)
 		}
 	}
@@ -304,55 +310,28 @@ func (s *sessions) answered(ctx context.Context, id string) error {
 }
 
 // answerAll answers with session_lost every call of session id stored so far that
-// has no end, from stream sequence from, and returns the sequence through which
-// every call of the session is done with, run or answered (0 for none). With no from (0: the entry did not know the owner's ack
-// floor), from the first, but for calls older than the events' age: they ran or
-// were answered long since, and their events may be gone.
+// has no end, from stream sequence from, and returns the sequence through which every
+// call of the session is done with, run or answered (0 for none). With no from (0:
+// the entry did not know the owner's ack floor), from the first, but for calls older
+// than the events' age: they ran or were answered long since, and their events may
+// be gone.
 func (s *sessions) answerAll(ctx context.Context, sandbox, id, reason string, from uint64) (uint64, error) {
-	subject := wire.SessionSubject(sandbox, id)
-	last, err := s.stream.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
-	} else if err != nil {
-		return 0, fmt.Errorf("look up the last call: %w", err)
-	}
-	if max(from, 1) > last.Sequence {
-		return last.Sequence, nil // its owner acked every one
-	}
-	walk, err := s.js.OrderedConsumer(ctx, wire.StreamSessions, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    max(from, 1),
-	})
-	if err != nil {
-		return 0, fmt.Errorf("read the calls: %w", err)
-	}
 	text := fmt.Sprintf("session %s ended: %s", id, reason)
-	at := max(from, 1) - 1 // the calls up to it are answered
-	for ctx.Err() == nil {
-		msg, err := walk.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			// The owner drops the calls it has run: the ones left may be gone.
-			next, nerr := s.stream.GetMsg(ctx, at+1, jetstream.WithGetMsgSubject(subject))
-			if errors.Is(nerr, jetstream.ErrMsgNotFound) || nerr == nil && next.Sequence > last.Sequence {
-				return last.Sequence, nil
-			}
-			return 0, fmt.Errorf("read the calls: %w", err)
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return 0, err
-		}
-		if from > 0 || time.Since(meta.Timestamp) < s.cfg.EventsMaxAge {
-			if err := s.answer(sandbox, msg, wire.KindSessionLost, text); err != nil {
-				return 0, err
+	through := max(from, 1) - 1 // its owner acked the calls before from
+	var aerr error
+	_, err := scan(ctx, s.stream, wire.SessionSubject(sandbox, id), from, math.MaxInt, func(m *jetstream.RawStreamMsg) bool {
+		if from > 0 || time.Since(m.Time) < s.cfg.EventsMaxAge {
+			if aerr = s.answer(sandbox, storedMsg{m}, wire.KindSessionLost, text); aerr != nil {
+				return false
 			}
 		}
-		if at = meta.Sequence.Stream; at >= last.Sequence {
-			return last.Sequence, nil
-		}
+		through = m.Sequence
+		return true
+	})
+	if err = errors.Join(err, aerr); err != nil {
+		return 0, fmt.Errorf("answer the calls: %w", err)
 	}
-	return 0, ctx.Err()
+	return through, nil
 }
 
 // claim opens session id here for its first call msg, or, at this worker's limits,

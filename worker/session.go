@@ -167,11 +167,10 @@ func (s *sessions) serve(h *session) {
 		if err != nil {
 			continue // nothing yet (or a passing failure): look at the clocks again
 		}
-		ended, done := s.proc.handleSession(h, msg)
-		if done {
+		if s.proc.handleSession(h, msg) {
 			s.dropThrough(h, msg)
 		}
-		h.ended, idleSince = ended, time.Now()
+		idleSince = time.Now()
 	}
 	close(stopTouch)
 	if taken {
@@ -314,7 +313,7 @@ func (s *sessions) touch(h *session, rev uint64, stop <-chan struct{}) {
 // already (its session's owner ran it before the session ended).
 // It fails when it cannot tell whether the call has an end, or cannot store one:
 // the caller keeps the call to answer it again.
-func (s *sessions) answer(sandbox string, msg jetstream.Msg, kind, text string) error {
+func (s *sessions) answer(sandbox string, msg message, kind, text string) error {
 	job, ref, ct, err := decode(sandbox, msg, s.cfg.MaxScriptBytes)
 	switch {
 	case err != nil && ref.id == "":

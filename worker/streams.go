@@ -46,14 +46,7 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 			// (a tenant's jobs of a sandbox, a session's calls) has its own.
 			cfg.Discard, cfg.MaxMsgs, cfg.MaxBytes = jetstream.DiscardNew, c.MaxBacklog, c.MaxBacklogBytes
 			cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = max(c.TenantBacklog, -1), c.TenantBacklog > 0
-		}
-		if cfg.Name == wire.StreamSessions {
-			if err := w.keepDiscardOld(ctx, &cfg); err != nil {
-				return err
-			}
-		}
-		if cfg.MaxMsgsPerSubject > 0 {
-			if err := w.keepQueued(ctx, &cfg); err != nil {
+			if err := w.keepStored(ctx, &cfg); err != nil {
 				return err
 			}
 		}
@@ -86,42 +79,28 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	return w.ensureConsumers(ctx)
 }
 
-// keepDiscardOld keeps the sessions stream of an earlier version dropping its oldest
-// calls while it holds more than half its bounds: that stream kept every call, run
-// or not, and made to refuse new calls when full it would refuse every call until
-// they aged out (a review's attack). The calls done with are deleted from now on; a
-// later start switches it.
-func (w *Worker) keepDiscardOld(ctx context.Context, cfg *jetstream.StreamConfig) error {
+// keepStored keeps what an existing stream holds from the server's making room for
+// cfg: while a subject holds more messages than cfg's lower bound per subject, the
+// bound stays where it is (the server would delete the oldest, jobs or calls that
+// were accepted); a stream that dropped its oldest when full and holds more than half
+// cfg's bounds goes on doing so (an earlier version's sessions stream kept every call
+// once run: refusing new calls, it would refuse every one until they aged out, a
+// review's attack). Either is logged; a later start applies cfg.
+func (w *Worker) keepStored(ctx context.Context, cfg *jetstream.StreamConfig) error {
 	stream, err := w.js.Stream(ctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("look up stream %s: %w", cfg.Name, err)
 	}
-	info := stream.CachedInfo()
-	if info.Config.Discard != jetstream.DiscardOld {
-		return nil
-	}
-	if st := info.State; cfg.MaxMsgs > 0 && int64(st.Msgs) > cfg.MaxMsgs/2 || cfg.MaxBytes > 0 && int64(st.Bytes) > cfg.MaxBytes/2 {
-		w.log.Warn("the sessions stream keeps dropping its oldest calls for now: it holds more than half its bounds, calls an earlier version kept once run",
+	old, st := stream.CachedInfo().Config, stream.CachedInfo().State
+	if old.Discard == jetstream.DiscardOld && cfg.Discard == jetstream.DiscardNew &&
+		(cfg.MaxMsgs > 0 && int64(st.Msgs) > cfg.MaxMsgs/2 || cfg.MaxBytes > 0 && int64(st.Bytes) > cfg.MaxBytes/2) {
+		w.log.Warn("a stream keeps dropping its oldest messages for now: it holds more than half its bounds, messages an earlier version kept",
 			"stream", cfg.Name, "msgs", st.Msgs, "bytes", st.Bytes, "max_backlog", cfg.MaxMsgs, "max_backlog_bytes", cfg.MaxBytes)
-		cfg.Discard, cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = jetstream.DiscardOld, info.Config.MaxMsgsPerSubject, false
-	}
-	return nil
-}
-
-// keepQueued keeps a stream's bound per subject where it is while a subject holds
-// more messages than cfg's lower bound: the server would make room by deleting the
-// oldest, jobs or calls that were accepted. A later start lowers it, once the
-// backlog is below.
-func (w *Worker) keepQueued(ctx context.Context, cfg *jetstream.StreamConfig) error {
-	stream, err := w.js.Stream(ctx, cfg.Name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		cfg.Discard, cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = jetstream.DiscardOld, old.MaxMsgsPerSubject, false
 		return nil
-	} else if err != nil {
-		return fmt.Errorf("look up stream %s: %w", cfg.Name, err)
 	}
-	old := stream.CachedInfo().Config
 	if cfg.MaxMsgsPerSubject <= 0 || (old.MaxMsgsPerSubject > 0 && old.MaxMsgsPerSubject <= cfg.MaxMsgsPerSubject) {
 		return nil
 	}
@@ -243,18 +222,19 @@ func consumerExists(ctx context.Context, js jetstream.JetStream, sandbox string)
 	return err == nil, err
 }
 
-// scanJobs calls f with each message of the jobs stream whose subject matches filter,
-// in order, from the first to the last one stored when it starts, until f returns
-// false; it reads at most max of them and says whether it read them all. It gets
-// them one at a time: a work queue takes no second consumer over subjects its
-// consumers filter. Only a rare path (a cancel, a job no worker can take) uses it.
-func scanJobs(ctx context.Context, stream jetstream.Stream, filter string, max int, f func(*jetstream.RawStreamMsg) bool) (complete bool, err error) {
+// scan calls f with each message of stream whose subject matches filter, in order,
+// from stream sequence from (the first, for 0) to the last one stored when it starts,
+// until f returns false; it reads at most limit of them and says whether it read
+// them all. It gets them one at a time: a work queue takes no second consumer over
+// subjects its consumers filter, and a message deleted meanwhile is skipped. Only
+// rare paths use it (a cancel, a job no worker can take, a session's end).
+func scan(ctx context.Context, stream jetstream.Stream, filter string, from uint64, limit int, f func(*jetstream.RawStreamMsg) bool) (complete bool, err error) {
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil || len(info.State.Subjects) == 0 {
 		return err == nil, err
 	}
-	seq, last := info.State.FirstSeq, info.State.LastSeq
-	for range max {
+	seq, last := max(info.State.FirstSeq, from), info.State.LastSeq
+	for range limit {
 		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return true, nil

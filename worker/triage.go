@@ -142,7 +142,7 @@ const literalDeleteMax = 1000
 // holds a wildcard token ("jazzmine.exec.<tenant>.*", published as it is): purging
 // by it would take every subject it matches, other sandboxes' jobs with them.
 func deleteLiteral(ctx context.Context, stream jetstream.Stream, subject string) {
-	_, _ = scanJobs(ctx, stream, subject, literalDeleteMax, func(msg *jetstream.RawStreamMsg) bool {
+	_, _ = scan(ctx, stream, subject, 0, literalDeleteMax, func(msg *jetstream.RawStreamMsg) bool {
 		if msg.Subject == subject {
 			_ = stream.DeleteMsg(ctx, msg.Sequence)
 		}
@@ -191,23 +191,16 @@ func (t *triage) dropCall(ctx context.Context, m *nats.Msg) {
 	if err != nil {
 		return
 	}
-	id := m.Header.Get(wire.HeaderMsgID)
-	for try := range 2 {
+	id, found := m.Header.Get(wire.HeaderMsgID), false
+	for try := 0; try < 2 && !found; try++ {
 		if try > 0 {
 			sleep(ctx, 100*time.Millisecond)
 		}
-		for seq, n := uint64(1), 0; n < 100; n++ { // a session's calls, in order
-			got, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(m.Subject))
-			if err != nil {
-				break
+		_, _ = scan(ctx, stream, m.Subject, 0, literalDeleteMax, func(got *jetstream.RawStreamMsg) bool {
+			if found = got.Header.Get(wire.HeaderMsgID) == id; found {
+				_ = stream.DeleteMsg(ctx, got.Sequence)
 			}
-			if got.Header.Get(wire.HeaderMsgID) == id {
-				if err := stream.DeleteMsg(ctx, got.Sequence); err != nil {
-					t.log.Debug("drop a session call of an unknown sandbox", "seq", got.Sequence, "err", err)
-				}
-				return
-			}
-			seq = got.Sequence + 1
-		}
+			return !found
+		})
 	}
 }
