@@ -21,13 +21,17 @@ import (
 const InlineLimit = 64 << 10
 
 // Artifact is a file an execution left in its workspace (an artifact event),
-// or the image of a display event: stored in the object store bucket
-// [wire.FilesBucket] as Object; [Client.Download] reads it.
+// or the image of a display event: stored in an object store bucket as
+// Object; [Client.Download] reads it.
 type Artifact struct {
 	// Path is where the file was, relative to the workspace ("out/chart.png",
 	// "display/1.png").
 	Path string
-	// Object is the name of its object in [wire.FilesBucket].
+	// Bucket is the object store bucket that holds it: [wire.FilesBucket],
+	// or, for an agent of a tenant, the tenant's [wire.TenantFilesBucket] in
+	// the fleet's account.
+	Bucket string
+	// Object is the name of its object in Bucket.
 	Object string
 	// Size is its size in bytes and SHA256 its SHA-256, in hex.
 	Size   int64
@@ -46,7 +50,11 @@ type Display struct {
 }
 
 func artifactOf(ev *wire.Event) *Artifact {
-	return &Artifact{Path: ev.Path, Object: ev.Object, Size: ev.Size, SHA256: ev.SHA256, ContentType: ev.ContentType}
+	bucket := ev.Bucket
+	if bucket == "" {
+		bucket = wire.FilesBucket // a worker from before buckets were named
+	}
+	return &Artifact{Path: ev.Path, Bucket: bucket, Object: ev.Object, Size: ev.Size, SHA256: ev.SHA256, ContentType: ev.ContentType}
 }
 
 func displayOf(ev *wire.Event) Display {
@@ -142,24 +150,88 @@ func (c *Client) InputFile(ctx context.Context, local, path string) (wire.File, 
 // Download streams the object of an artifact or a display image into w,
 // and checks its size and SHA-256 against a's.
 func (c *Client) Download(ctx context.Context, a *Artifact, w io.Writer) error {
-	store, err := c.files(ctx)
+	h := sha256.New()
+	var n int64
+	var err error
+	if a.Bucket == "" || a.Bucket == wire.FilesBucket {
+		n, err = c.download(ctx, a, io.MultiWriter(w, h))
+	} else {
+		n, err = c.downloadDirect(ctx, a, io.MultiWriter(w, h))
+	}
 	if err != nil {
 		return err
-	}
-	obj, err := store.Get(ctx, a.Object)
-	if err != nil {
-		return fmt.Errorf("get object %q: %w", a.Object, err)
-	}
-	defer obj.Close()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(w, h), obj)
-	if err != nil {
-		return fmt.Errorf("read object %q: %w", a.Object, err)
 	}
 	if sum := hex.EncodeToString(h.Sum(nil)); n != a.Size || sum != a.SHA256 {
 		return fmt.Errorf("object %q is %d bytes with SHA-256 %s, not the %d bytes and %s its event announced", a.Object, n, sum, a.Size, a.SHA256)
 	}
 	return nil
+}
+
+// download copies object a of wire.FilesBucket, in the client's own account, to w.
+func (c *Client) download(ctx context.Context, a *Artifact, w io.Writer) (int64, error) {
+	store, err := c.files(ctx)
+	if err != nil {
+		return 0, err
+	}
+	obj, err := store.Get(ctx, a.Object)
+	if err != nil {
+		return 0, fmt.Errorf("get object %q: %w", a.Object, err)
+	}
+	defer obj.Close()
+	n, err := io.Copy(w, obj)
+	if err != nil {
+		return n, fmt.Errorf("read object %q: %w", a.Object, err)
+	}
+	return n, nil
+}
+
+// downloadDirect copies object a of a tenant's bucket, in the fleet's account, to w,
+// through the API the tenant's account imports under wire.FilesAPIPrefix: the
+// bucket's stream info and a direct get of each chunk, all that it may ask of the
+// fleet's JetStream (deploy/nats/auth.conf). Not the library's ObjectStore.Get: its
+// consumer needs the API that creates consumers, which no tenant is given, since a
+// push consumer's deliver subject would make the fleet's account publish where the
+// tenant chose.
+func (c *Client) downloadDirect(ctx context.Context, a *Artifact, w io.Writer) (int64, error) {
+	js, err := jetstream.NewWithAPIPrefix(c.nc, wire.FilesAPIPrefix)
+	if err != nil {
+		return 0, err
+	}
+	unreachable := func(err error) error {
+		if isNoStream(err) {
+			return errorf(ErrNoStream, "object store bucket %s cannot be reached from this account: on a fleet with tenants its NATS configuration gives each tenant's account its own bucket (deploy/nats/auth.conf) (%w)", a.Bucket, err)
+		}
+		return fmt.Errorf("object store bucket %s: %w", a.Bucket, err)
+	}
+	store, err := js.ObjectStore(ctx, a.Bucket)
+	if err != nil {
+		return 0, unreachable(err)
+	}
+	info, err := store.GetInfo(ctx, a.Object)
+	if err != nil {
+		return 0, fmt.Errorf("get object %q: %w", a.Object, err)
+	}
+	stream, err := js.Stream(ctx, "OBJ_"+a.Bucket)
+	if err != nil {
+		return 0, unreachable(err)
+	}
+	chunks := "$O." + a.Bucket + ".C." + info.NUID
+	var n int64
+	for seq := uint64(0); n < int64(info.Size); {
+		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(chunks))
+		if err != nil {
+			return n, fmt.Errorf("read object %q: %w", a.Object, err)
+		}
+		if n+int64(len(msg.Data)) > int64(info.Size) {
+			return n, fmt.Errorf("read object %q: more bytes than its size, %d", a.Object, info.Size)
+		}
+		if _, err := w.Write(msg.Data); err != nil {
+			return n, err
+		}
+		n += int64(len(msg.Data))
+		seq = msg.Sequence + 1
+	}
+	return n, nil
 }
 
 // Save downloads the object of a into dir, at its workspace path, creating

@@ -35,13 +35,13 @@ const (
 	// event of an attempt.
 	EventScriptDone = "script_done"
 	// EventArtifact announces a file the script left in the workspace, stored
-	// in [FilesBucket] after the run and before script_done: Path (in the
-	// workspace), Object, Size, SHA256 and ContentType.
+	// after the run and before script_done: Path (in the workspace), Bucket,
+	// Object, Size, SHA256 and ContentType.
 	EventArtifact = "artifact"
 	// EventDisplay carries what the script displayed (display(obj), a
 	// matplotlib figure): Data maps MIME types to text forms ("text/plain",
-	// "text/html", "text/markdown"); an image is stored in [FilesBucket] and
-	// named by Path ("display/1.png"), Object, Size, SHA256 and ContentType.
+	// "text/html", "text/markdown"); an image is stored and named by Path
+	// ("display/1.png"), Bucket, Object, Size, SHA256 and ContentType.
 	EventDisplay = "display"
 )
 
@@ -166,10 +166,13 @@ type Event struct {
 	OutputBytes int64 `json:"output_bytes" msgpack:"output_bytes"`
 	FinalData   any   `json:"final_data,omitempty" msgpack:"final_data,omitempty"`
 
-	// Path, Object, Size, SHA256 (hex) and ContentType describe the file of
-	// an EventArtifact, or the image of an EventDisplay: where it was in the
-	// workspace, and the object of [FilesBucket] that holds it.
+	// Path, Bucket, Object, Size, SHA256 (hex) and ContentType describe the
+	// file of an EventArtifact, or the image of an EventDisplay: where it was
+	// in the workspace, and the object store bucket and object that hold it.
+	// Bucket is [FilesBucket], or a tenant's [TenantFilesBucket]; empty (from
+	// a worker before it was named) means FilesBucket.
 	Path        string `json:"path,omitempty" msgpack:"path,omitempty"`
+	Bucket      string `json:"bucket,omitempty" msgpack:"bucket,omitempty"`
 	Object      string `json:"object,omitempty" msgpack:"object,omitempty"`
 	Size        int64  `json:"size,omitempty" msgpack:"size,omitempty"`
 	SHA256      string `json:"sha256,omitempty" msgpack:"sha256,omitempty"`
@@ -203,6 +206,7 @@ type eventWire struct {
 	OutputBytes *int64            `json:"output_bytes,omitempty" msgpack:"output_bytes,omitempty"`
 	FinalData   value             `json:"final_data,omitzero" msgpack:"final_data,omitempty"`
 	Path        string            `json:"path,omitempty" msgpack:"path,omitempty"`
+	Bucket      string            `json:"bucket,omitempty" msgpack:"bucket,omitempty"`
 	Object      string            `json:"object,omitempty" msgpack:"object,omitempty"`
 	Size        int64             `json:"size,omitempty" msgpack:"size,omitempty"`
 	SHA256      string            `json:"sha256,omitempty" msgpack:"sha256,omitempty"`
@@ -227,7 +231,7 @@ func (e *Event) toWire(ct string) (*eventWire, error) {
 		Time: e.Time.Format(time.RFC3339Nano), Metadata: e.Metadata,
 		Sandbox: e.Sandbox, ContainerID: e.ContainerID, Label: e.Label, Data: data,
 		Level: e.Level, Message: e.Message, Text: e.Text, Error: e.Error, Traceback: e.Traceback, Kind: e.Kind,
-		FinalData: finalData, Path: e.Path, Object: e.Object, Size: e.Size,
+		FinalData: finalData, Path: e.Path, Bucket: e.Bucket, Object: e.Object, Size: e.Size,
 		SHA256: e.SHA256, ContentType: e.ContentType,
 	}
 	done := e.Type == EventScriptDone
@@ -271,7 +275,7 @@ func (w *eventWire) toEvent(e *Event) error {
 		Sandbox: w.Sandbox, ContainerID: w.ContainerID, Label: w.Label, Data: w.Data.v,
 		Level: w.Level, Message: w.Message, Text: w.Text, Error: w.Error, Traceback: w.Traceback, Kind: w.Kind,
 		Success: deref(w.Success), DurationMS: deref(w.DurationMS), OutputBytes: deref(w.OutputBytes),
-		FinalData: w.FinalData.v, Path: w.Path, Object: w.Object, Size: w.Size,
+		FinalData: w.FinalData.v, Path: w.Path, Bucket: w.Bucket, Object: w.Object, Size: w.Size,
 		SHA256: w.SHA256, ContentType: w.ContentType,
 	}
 	return nil

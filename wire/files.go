@@ -11,8 +11,21 @@ import (
 // large input files there and name them in [File.Object]; workers store an
 // execution's artifacts and display images there, under [ObjectPrefix].
 // Its objects expire with the events (the bucket's TTL is the events' max
-// age).
+// age). On a fleet with tenants, a tenant's artifacts go to a bucket of its
+// own, [TenantFilesBucket].
 const FilesBucket = "JAZZMINE_FILES"
+
+// TenantFilesBucket is the bucket, in the fleet's account, that holds the
+// artifacts and display images of tenant's executions, bounded on its own
+// (the workers' tenant_files_max_bytes) so that no tenant fills another's.
+// A tenant's account reaches it read-only, through the JetStream API under
+// [FilesAPIPrefix]: its stream's info and direct gets of its messages
+// (deploy/nats/auth.conf).
+func TenantFilesBucket(tenant string) string { return FilesBucket + "_" + tenant }
+
+// FilesAPIPrefix is the prefix under which a tenant's account reaches the
+// fleet's JetStream API for its own [TenantFilesBucket], in place of $JS.API.
+const FilesAPIPrefix = "$JS.jazzmine.API"
 
 // Limits of a job's files and artifacts that [Job.Validate] enforces.
 const (

@@ -109,7 +109,7 @@ func TestJobFilesTypeErrorsNameTheField(t *testing.T) {
 func TestEventArtifactRoundTrip(t *testing.T) {
 	for _, ct := range []string{wire.ContentTypeJSON, wire.ContentTypeMsgpack} {
 		e := &wire.Event{ExecutionID: "a", Type: wire.EventArtifact, Seq: 3, Attempt: 1, Path: "out/c.png",
-			Object: wire.ObjectPrefix("a", 1) + "out/c.png", Size: 12, SHA256: "ab", ContentType: "image/png"}
+			Bucket: wire.TenantFilesBucket("alpha"), Object: wire.ObjectPrefix("a", 1) + "out/c.png", Size: 12, SHA256: "ab", ContentType: "image/png"}
 		b, err := wire.EncodeEvent(ct, e)
 		if err != nil {
 			t.Fatal(err)
@@ -118,7 +118,7 @@ func TestEventArtifactRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Path != e.Path || got.Object != "executions/a/1/out/c.png" || got.Size != 12 || got.SHA256 != "ab" || got.ContentType != "image/png" {
+		if got.Path != e.Path || got.Bucket != "JAZZMINE_FILES_alpha" || got.Object != "executions/a/1/out/c.png" || got.Size != 12 || got.SHA256 != "ab" || got.ContentType != "image/png" {
 			t.Fatalf("%s: got %+v", ct, got)
 		}
 	}

@@ -33,6 +33,7 @@ const (
 	DefaultMaxBacklogBytes   = 1 << 30
 	DefaultTenantBacklog     = 10_000 // per tenant and sandbox
 	DefaultFilesMaxBytes     = 1 << 30
+	DefaultTenantFilesBytes  = 256 << 20        // per tenant
 	DefaultMaxSessions       = 16               // per worker
 	DefaultSandboxSessions   = 4                // per sandbox and worker
 	DefaultSessionIdleTTL    = 10 * time.Minute // a session idle this long ends
@@ -142,6 +143,11 @@ type Config struct {
 	// display images): past it, an artifact is not stored and its execution fails.
 	// Zero means DefaultFilesMaxBytes.
 	FilesMaxBytes int64
+	// TenantFilesMaxBytes bounds each tenant's bucket (wire.TenantFilesBucket), which
+	// holds its executions' artifacts and display images: past it, an artifact of the
+	// tenant is not stored and its execution fails as artifact_limit, and no other
+	// tenant's is touched. Zero means DefaultTenantFilesBytes.
+	TenantFilesMaxBytes int64
 	// MaxScriptBytes bounds a job's script; zero means wire.DefaultMaxScriptBytes.
 	MaxScriptBytes int
 	// DefaultTimeout and DefaultMaxOutputBytes apply to jobs that set none; zero
@@ -200,6 +206,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.FilesMaxBytes == 0 {
 		c.FilesMaxBytes = DefaultFilesMaxBytes
+	}
+	if c.TenantFilesMaxBytes == 0 {
+		c.TenantFilesMaxBytes = DefaultTenantFilesBytes
 	}
 	if c.MaxBacklogBytes == 0 {
 		c.MaxBacklogBytes = DefaultMaxBacklogBytes

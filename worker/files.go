@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,11 +20,71 @@ import (
 
 // files is the worker's side of the files contract: it reads a job's input files
 // from the object store bucket wire.FilesBucket (or the job itself) and stores the
-// artifacts and display images of an execution there, each streamed, never whole in
+// artifacts and display images of an execution there, or, for a tenant's execution,
+// in the tenant's own bucket (wire.TenantFilesBucket), each streamed, never whole in
 // memory.
 type files struct {
-	js    jetstream.JetStream
-	store jetstream.ObjectStore // set by ensureStreams
+	js        jetstream.JetStream
+	store     jetstream.ObjectStore       // wire.FilesBucket, set by ensureStreams
+	tenantCfg jetstream.ObjectStoreConfig // of a tenant's bucket but its name, set by ensureStreams
+
+	mu      sync.Mutex
+	tenants map[string]jetstream.ObjectStore // the tenants' buckets this worker has made
+}
+
+// bucket returns the bucket of tenant's artifacts: wire.FilesBucket for the fleet's
+// own account (tenant ""), else the tenant's bucket, created or updated to the
+// configured bound by this worker's first store for the tenant. The lock is held over
+// that one API call: the first stores of two tenants wait for each other, once.
+func (f *files) bucket(ctx context.Context, tenant string) (jetstream.ObjectStore, error) {
+	if tenant == "" {
+		return f.store, nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if store, ok := f.tenants[tenant]; ok {
+		return store, nil
+	}
+	cfg := f.tenantCfg
+	cfg.Bucket = wire.TenantFilesBucket(tenant)
+	store, err := f.js.CreateOrUpdateObjectStore(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create or update object store %s: %w", cfg.Bucket, err)
+	}
+	if f.tenants == nil {
+		f.tenants = map[string]jetstream.ObjectStore{}
+	}
+	f.tenants[tenant] = store
+	return store, nil
+}
+
+// errBucketFull is the failure to store a file in a tenant's bucket at its bound:
+// the tenant's own limit (an artifact_limit error), not the fleet's failure.
+type errBucketFull struct {
+	err    error
+	bucket string
+	limit  int64
+}
+
+func (e *errBucketFull) Error() string {
+	return fmt.Sprintf("%v: the tenant's bucket %s is full (%d bytes, the workers' tenant_files_max_bytes); its objects expire with the events", e.err, e.bucket, e.limit)
+}
+
+func (e *errBucketFull) Unwrap() error { return e.err }
+
+// JetStream API error codes of a message refused for lack of room, which nats.go
+// does not name: "store failed" (a stream at its MaxBytes with DiscardNew; its only
+// other cause is a message over 32 MiB, and a chunk is 128 KiB) and "insufficient
+// resources" (the account or the server out of storage).
+const (
+	codeStreamStoreFailed  = jetstream.ErrorCode(10077)
+	codeStorageResourceOut = jetstream.ErrorCode(10047)
+)
+
+// storeFull reports whether err says that a stream refused a message for lack of room.
+func storeFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == codeStreamStoreFailed || apiErr.ErrorCode == codeStorageResourceOut)
 }
 
 // errInputFile is the failure of a job whose input files cannot be given to it: an
@@ -72,13 +133,19 @@ func (f *files) inputs(ctx context.Context, ref execRef, job *wire.Job, limit in
 }
 
 // put stores the file of an artifact event, or the image of a display event, of
-// attempt attempt of execution key, and fills ev with the object's name, size,
-// SHA-256 and content type. Other events, and a display without an image, have
-// nothing to store.
-func (f *files) put(ctx context.Context, key string, attempt int, hev harness.Event, ev *wire.Event) error {
+// attempt attempt of execution ref in its tenant's bucket, and fills ev with the
+// bucket, the object's name, size, SHA-256 and content type. Other events, and a
+// display without an image, have nothing to store. A tenant's bucket at its bound
+// gives an *errBucketFull.
+func (f *files) put(ctx context.Context, ref execRef, attempt int, hev harness.Event, ev *wire.Event) error {
 	if !hev.IsFile() {
 		return nil
 	}
+	store, err := f.bucket(ctx, ref.tenant)
+	if err != nil {
+		return fmt.Errorf("store %s %s: %w", hev.Type, hev.Path, err)
+	}
+	key := ref.key()
 	name := wire.ArtifactObject(key, attempt, hev.Path)
 	if hev.Type == wire.EventDisplay {
 		name = wire.ObjectPrefix(key, attempt) + hev.Path // display/<n>.<ext>, named by the harness
@@ -92,11 +159,21 @@ func (f *files) put(ctx context.Context, key string, attempt int, hev harness.Ev
 	if hev.ContentType != "" {
 		meta.Headers = nats.Header{"Content-Type": []string{hev.ContentType}}
 	}
-	info, err := f.store.Put(ctx, meta, io.TeeReader(body, sum))
+	info, err := store.Put(ctx, meta, io.TeeReader(body, sum))
 	if err != nil {
-		return fmt.Errorf("store %s %s: %w", hev.Type, hev.Path, err)
+		err = fmt.Errorf("store %s %s: %w", hev.Type, hev.Path, err)
+		switch {
+		case ref.tenant == "":
+		case storeFull(err):
+			err = &errBucketFull{err: err, bucket: wire.TenantFilesBucket(ref.tenant), limit: f.tenantCfg.MaxBytes}
+		default: // perhaps deleted: the next store makes it again
+			f.mu.Lock()
+			delete(f.tenants, ref.tenant)
+			f.mu.Unlock()
+		}
+		return err
 	}
-	ev.Path, ev.Object, ev.Size, ev.ContentType = hev.Path, info.Name, int64(info.Size), hev.ContentType
+	ev.Path, ev.Bucket, ev.Object, ev.Size, ev.ContentType = hev.Path, info.Bucket, info.Name, int64(info.Size), hev.ContentType
 	ev.SHA256 = hex.EncodeToString(sum.Sum(nil))
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/jazzmine/worker/client"
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/wire"
+	"github.com/jazzmine/worker/worker"
 )
 
 // runTenantJob publishes job as tenant would have it arrive in the fleet's account
@@ -312,4 +313,74 @@ func TestAttackInputObjectWhoseChunksDoNotMatchItsDigest(t *testing.T) {
 	} else if res.ErrorKind != wire.KindInputFile {
 		t.Errorf("ended as %s: %s; want input_file", res.ErrorKind, res.Error)
 	}
+}
+
+// TestAttackATenantFillsTheFilesBucketForAnother: a tenant's scripts leave as many
+// artifacts as they may, until the bucket they are stored in is full. Were every
+// tenant's artifacts in the fleet's one bucket, another tenant's next artifact would
+// then fail to store, and its execution with it. Each tenant's artifacts go to a
+// bucket of its own, bounded on its own: the hostile tenant's execution fails as
+// artifact_limit, once (not retried as the fleet's failure), and the other tenant's
+// and the fleet's own artifacts are stored and read back whole.
+func TestAttackATenantFillsTheFilesBucketForAnother(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	const bound = 4 << 20
+	startWorker(t, nc, 1, 0, func(c *worker.Config) { c.FilesMaxBytes, c.TenantFilesMaxBytes = bound, bound })
+	fa := newFilesAgent(t, nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	evs := runTenantJob(t, nc, "hog", wire.Job{ExecutionID: newID("hog"), Mode: wire.ModeInteractive, Script: `import os
+os.makedirs("out")
+for i in range(6):
+    open(f"out/{i}.bin", "wb").write(os.urandom(1 << 20))`})
+	done := find(evs, wire.EventScriptDone)
+	if e := find(evs, wire.EventError); done == nil || done.Success || done.Attempt != 1 || e == nil || e.Kind != wire.KindArtifactLimit ||
+		!strings.Contains(e.Error, "JAZZMINE_FILES_hog is full") {
+		t.Errorf("the hog's execution past its bucket's bound: %s; want one attempt failing as artifact_limit, naming its full bucket", describe(evs))
+	}
+	if n := count(evs, wire.EventArtifact); n == 0 || n >= 6 {
+		t.Errorf("the hog stored %d of its 6 artifacts; want those its bucket holds", n)
+	}
+
+	// The other tenant, and the fleet's own account, store theirs.
+	read := func(who string, art *wire.Event, want string) {
+		t.Helper()
+		store, err := js.ObjectStore(ctx, art.Bucket)
+		if err != nil {
+			t.Fatalf("%s's bucket %s: %v", who, art.Bucket, err)
+		}
+		got, err := store.GetBytes(ctx, art.Object)
+		if err != nil || string(got) != want {
+			t.Errorf("%s's artifact %s/%s: %.40q, %v; want what its script wrote", who, art.Bucket, art.Object, got, err)
+		}
+	}
+	script := `import os
+os.makedirs("out")
+open("out/a.txt", "w").write("x" * (1 << 20))`
+	evs = runTenantJob(t, nc, "calm", wire.Job{ExecutionID: newID("calm"), Mode: wire.ModeInteractive, Script: script})
+	if art := find(evs, wire.EventArtifact); art == nil || art.Bucket != wire.TenantFilesBucket("calm") {
+		t.Errorf("the calm tenant's execution beside the hog's full bucket: %s; want its artifact in its own bucket", describe(evs))
+	} else {
+		read("the calm tenant", art, strings.Repeat("x", 1<<20))
+	}
+	// An operator deletes the calm tenant's bucket: the worker makes it again, at
+	// the latest for the execution after the one that found it gone.
+	if err := js.DeleteObjectStore(ctx, wire.TenantFilesBucket("calm")); err != nil {
+		t.Fatal(err)
+	}
+	runTenantJob(t, nc, "calm", wire.Job{ExecutionID: newID("calm"), Mode: wire.ModeInteractive, Script: script})
+	evs = runTenantJob(t, nc, "calm", wire.Job{ExecutionID: newID("calm"), Mode: wire.ModeInteractive, Script: script})
+	if art := find(evs, wire.EventArtifact); art == nil || art.Bucket != wire.TenantFilesBucket("calm") {
+		t.Errorf("the calm tenant's execution after its bucket was deleted: %s; want its artifact stored again", describe(evs))
+	}
+	res, err := fa.c.Run(ctx, wire.Job{Sandbox: "default", Mode: wire.ModeInteractive, Script: script})
+	if err != nil || !res.Success || len(res.Artifacts) != 1 || res.Artifacts[0].Bucket != wire.FilesBucket {
+		t.Fatalf("the fleet's own execution: %+v, %v; want its artifact in %s", res, err, wire.FilesBucket)
+	}
+	read("the fleet", &wire.Event{Bucket: res.Artifacts[0].Bucket, Object: res.Artifacts[0].Object}, strings.Repeat("x", 1<<20))
 }

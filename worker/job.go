@@ -321,7 +321,6 @@ func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wir
 		MaxArtifactBytes: job.MaxArtifactBytes,
 		Session:          job.SessionID != "",
 	}
-	key := ref.key()   // of the objects it stores
 	var unstored error // the first artifact or image the bucket did not take
 	if req.Timeout <= 0 {
 		req.Timeout = pr.cfg.DefaultTimeout
@@ -341,7 +340,7 @@ func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wir
 		if !ok {
 			return nil
 		}
-		if err := pr.files.put(runCtx, key, attempt, hev, ev); err != nil {
+		if err := pr.files.put(runCtx, ref, attempt, hev, ev); err != nil {
 			// The bucket is full, or failing: the run goes on, and fails at its end.
 			// Not an error of the callback, which would retry the job for as long.
 			if unstored == nil {
@@ -360,7 +359,10 @@ func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wir
 		res.Success = false
 		if res.Error == "" {
 			res.Error, res.ErrorKind = unstored.Error(), wire.KindInfrastructure
-			_ = p.publish(&wire.Event{Type: wire.EventError, Kind: wire.KindInfrastructure, Error: res.Error})
+			if errors.As(unstored, new(*errBucketFull)) {
+				res.ErrorKind = wire.KindArtifactLimit // the tenant's own bound
+			}
+			_ = p.publish(&wire.Event{Type: wire.EventError, Kind: res.ErrorKind, Error: res.Error})
 		}
 	}
 	if res != nil {

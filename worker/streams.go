@@ -70,6 +70,14 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		Replicas:    c.Replicas,
 		Storage:     jetstream.FileStorage,
 	})
+	// Each tenant's bucket is made at the first store of its artifacts (files.bucket).
+	w.files.tenantCfg = jetstream.ObjectStoreConfig{
+		Description: "a jazzmine tenant's artifacts and display images; they expire with the events",
+		TTL:         c.EventsMaxAge,
+		MaxBytes:    c.TenantFilesMaxBytes,
+		Replicas:    c.Replicas,
+		Storage:     jetstream.FileStorage,
+	}
 	if err != nil {
 		return fmt.Errorf("create or update object store %s: %w", wire.FilesBucket, err)
 	}

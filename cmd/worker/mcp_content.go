@@ -10,7 +10,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jazzmine/worker/client"
-	"github.com/jazzmine/worker/wire"
 )
 
 // What run_python puts in its content of the execution's files: each image and
@@ -96,7 +95,7 @@ type fetcher struct {
 // fetch downloads a, or says why not (the note of its line).
 func (f *fetcher) fetch(ctx context.Context, a *client.Artifact) ([]byte, string) {
 	if a.Size > maxInlineFile || a.Size > f.budget {
-		return nil, fmt.Sprintf(": too large to include, object %s of the bucket %s", a.Object, wire.FilesBucket)
+		return nil, fmt.Sprintf(": too large to include, object %s of the bucket %s", a.Object, a.Bucket)
 	}
 	var buf bytes.Buffer
 	if err := f.c.Download(ctx, a, &buf); err != nil {

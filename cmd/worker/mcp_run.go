@@ -74,7 +74,8 @@ type fileOut struct {
 	Path        string `json:"path"`
 	ContentType string `json:"content_type"`
 	Size        int64  `json:"size"`
-	Object      string `json:"object" jsonschema:"its object in the fleet's JAZZMINE_FILES bucket"`
+	Bucket      string `json:"bucket" jsonschema:"the object store bucket that holds it: JAZZMINE_FILES, or a tenant's JAZZMINE_FILES_<tenant>"`
+	Object      string `json:"object" jsonschema:"its object in the bucket"`
 	Included    bool   `json:"included" jsonschema:"its content is in the result's content"`
 }
 
@@ -325,7 +326,7 @@ func fileOf(a *client.Artifact) *fileOut {
 	if a == nil {
 		return nil
 	}
-	return &fileOut{Path: a.Path, ContentType: a.ContentType, Size: a.Size, Object: a.Object}
+	return &fileOut{Path: a.Path, ContentType: a.ContentType, Size: a.Size, Bucket: a.Bucket, Object: a.Object}
 }
 
 // mcpDuration formats a run's duration for a model.

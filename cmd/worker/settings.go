@@ -23,9 +23,10 @@ import (
 //	  events_max_age: 1h        # how long events are kept
 //	  duplicate_window: 2m      # jobs with the same Nats-Msg-Id in this window run once
 //	  max_backlog: 100000       # queued jobs; beyond it a publish fails
-//	  max_backlog_bytes: 1GiB   # in bytes
+//	  max_backlog_bytes: 1073741824 # in bytes (1 GiB); sizes are plain numbers of bytes
 //	  tenant_backlog: 10000     # queued jobs per tenant and sandbox (per sandbox without tenants), waiting calls per session; -1: no bound
-//	  files_max_bytes: 1GiB     # the bucket JAZZMINE_FILES: inputs, artifacts, images
+//	  files_max_bytes: 1073741824 # the bucket JAZZMINE_FILES: inputs, artifacts, images (1 GiB)
+//	  tenant_files_max_bytes: 268435456 # each tenant's bucket JAZZMINE_FILES_<tenant>: its artifacts, images (256 MiB)
 //	  max_script_bytes: 262144
 //	  shutdown_grace: 30s       # on SIGTERM, how long running jobs may finish
 //	  liveness_ttl: 15s         # a worker silent this long counts as dead
@@ -49,6 +50,7 @@ type Settings struct {
 	MaxBacklogBytes int64          `yaml:"max_backlog_bytes"`
 	TenantBacklog   int64          `yaml:"tenant_backlog"`
 	FilesMaxBytes   int64          `yaml:"files_max_bytes"`
+	TenantFiles     int64          `yaml:"tenant_files_max_bytes"`
 	MaxScriptBytes  int            `yaml:"max_script_bytes"`
 	ShutdownGrace   time.Duration  `yaml:"shutdown_grace"`
 	LivenessTTL     time.Duration  `yaml:"liveness_ttl"`
@@ -88,7 +90,7 @@ func parseSettings(node yaml.Node) (Settings, error) {
 			return s, fmt.Errorf("worker section: sandbox_sessions of %q is %d, want at least 1", name, n)
 		}
 	}
-	if s.MaxSessions < 0 || s.Replicas < 0 || s.MaxDeliver < 0 || s.MaxBacklog < 0 || s.MaxBacklogBytes < 0 || s.FilesMaxBytes < 0 || s.MaxScriptBytes < 0 {
+	if s.MaxSessions < 0 || s.Replicas < 0 || s.MaxDeliver < 0 || s.MaxBacklog < 0 || s.MaxBacklogBytes < 0 || s.FilesMaxBytes < 0 || s.TenantFiles < 0 || s.MaxScriptBytes < 0 {
 		return s, errors.New("worker section: counts must not be negative")
 	}
 	return s, nil
@@ -126,6 +128,9 @@ func (s Settings) Apply(cfg *worker.Config) {
 	}
 	if s.FilesMaxBytes != 0 {
 		cfg.FilesMaxBytes = s.FilesMaxBytes
+	}
+	if s.TenantFiles != 0 {
+		cfg.TenantFilesMaxBytes = s.TenantFiles
 	}
 	if s.MaxBacklogBytes != 0 {
 		cfg.MaxBacklogBytes = s.MaxBacklogBytes

@@ -582,3 +582,96 @@ func TestATenantsStorageIsBounded(t *testing.T) {
 		t.Fatalf("an events stream within the account's limits: %v", err)
 	}
 }
+
+// TestATenantReadsItsOwnArtifactsAndNoOthers: each tenant's artifacts are in a bucket
+// of its own in the fleet's account, which its agents read through the API their
+// account imports under wire.FilesAPIPrefix. Alpha downloads its artifact whole.
+// Beta, hostile and knowing where alpha's artifact is, asks for it with the client,
+// with a direct get through its own imports, and through the fleet's API as it is
+// named in the fleet's account; alpha itself tries what it was not given on its own
+// bucket: a consumer (whose deliver subject would make the fleet's account publish
+// where alpha chose), a purge, and a write of its own. Each is refused; both
+// tenants' artifacts are still there.
+func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
+	_, anc, bnc := twoTenantServer(t, "alpha", "beta")
+	newClient := func(nc *nats.Conn) *client.Client {
+		c, err := client.New(client.Config{Conn: nc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	alpha, beta := newClient(anc), newClient(bnc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	secret := strings.Repeat("alpha's secret ", 40_000) // 600 KB: several chunks
+	run := func(c *client.Client, who, text string, times int) *client.Artifact {
+		t.Helper()
+		res, err := c.Run(ctx, wire.Job{Sandbox: "default", Mode: wire.ModeInteractive,
+			Script: fmt.Sprintf("import os\nos.makedirs('out')\nopen('out/report.txt', 'w').write(%q * %d)", text, times)})
+		if err != nil || !res.Success || len(res.Artifacts) != 1 {
+			t.Fatalf("%s's job: %+v, %v", who, res, err)
+		}
+		return &res.Artifacts[0]
+	}
+	art := run(alpha, "alpha", "alpha's secret ", 40_000)
+	if art.Bucket != wire.TenantFilesBucket("alpha") {
+		t.Errorf("alpha's artifact is in %s, want its own bucket %s", art.Bucket, wire.TenantFilesBucket("alpha"))
+	}
+	var got strings.Builder
+	if err := alpha.Download(ctx, art, &got); err != nil || got.String() != secret {
+		t.Fatalf("alpha's download of its artifact: %d bytes, %v; want the %d it wrote", got.Len(), err, len(secret))
+	}
+	own := run(beta, "beta", "beta's own", 1)
+	got.Reset()
+	if err := beta.Download(ctx, own, &got); err != nil || got.String() != "beta's own" {
+		t.Errorf("beta's download of its own artifact: %q, %v", got.String(), err)
+	}
+
+	// Beta goes for alpha's artifact.
+	got.Reset()
+	if err := beta.Download(ctx, art, &got); err == nil || strings.Contains(got.String(), "secret") {
+		t.Errorf("BROKEN: beta downloaded alpha's artifact: %d bytes, %v", got.Len(), err)
+	} else {
+		t.Logf("beta's download of alpha's artifact: %v", err)
+	}
+	meta := "$O." + art.Bucket + ".M.>"
+	for _, subj := range []string{
+		wire.FilesAPIPrefix + ".DIRECT.GET.OBJ_" + art.Bucket + "." + meta,
+		wire.FilesAPIPrefix + ".DIRECT.GET.OBJ_" + art.Bucket,
+		"$JS.API.DIRECT.GET.OBJ_" + art.Bucket,
+		wire.FilesAPIPrefix + ".STREAM.INFO.OBJ_" + art.Bucket,
+	} {
+		if m, err := bnc.Request(subj, []byte(`{"seq":1}`), time.Second); err == nil && len(m.Data) > 0 && !strings.Contains(string(m.Data), `"error"`) {
+			t.Errorf("BROKEN: beta's request on %s was answered: %.200q %v", subj, m.Data, m.Header)
+		}
+	}
+
+	// Alpha asks more of its own bucket than reading it.
+	for subj, body := range map[string]string{
+		wire.FilesAPIPrefix + ".CONSUMER.CREATE.OBJ_" + art.Bucket + ".evil":         `{"stream_name":"OBJ_` + art.Bucket + `","config":{"name":"evil","deliver_subject":"jazzmine.internal.x"}}`,
+		wire.FilesAPIPrefix + ".CONSUMER.CREATE.OBJ_" + art.Bucket:                   `{"stream_name":"OBJ_` + art.Bucket + `","config":{"deliver_subject":"jazzmine.internal.x"}}`,
+		wire.FilesAPIPrefix + ".STREAM.PURGE.OBJ_" + art.Bucket:                      `{}`,
+		wire.FilesAPIPrefix + ".STREAM.MSG.DELETE.OBJ_" + art.Bucket:                 `{"seq":1}`,
+		wire.FilesAPIPrefix + ".STREAM.DELETE.OBJ_" + art.Bucket:                     ``,
+		"$O." + art.Bucket + ".C.forged":                                             `forged`,
+		wire.FilesAPIPrefix + ".DIRECT.GET.OBJ_" + wire.TenantFilesBucket("beta"):    `{"seq":1}`,
+		wire.FilesAPIPrefix + ".STREAM.INFO.OBJ_" + wire.TenantFilesBucket("beta"):   ``,
+		wire.FilesAPIPrefix + ".STREAM.INFO.OBJ_" + wire.FilesBucket:                 ``,
+		wire.FilesAPIPrefix + ".DIRECT.GET.OBJ_" + wire.FilesBucket + "." + meta[:4]: `{"seq":1}`,
+	} {
+		if m, err := anc.Request(subj, []byte(body), time.Second); err == nil && !strings.Contains(string(m.Data), `"error"`) {
+			t.Errorf("BROKEN: alpha's request on %s was answered: %.200q", subj, m.Data)
+		}
+	}
+	for who, c := range map[string]*client.Client{"alpha": alpha, "beta": beta} {
+		a, want := art, secret
+		if who == "beta" {
+			a, want = own, "beta's own"
+		}
+		got.Reset()
+		if err := c.Download(ctx, a, &got); err != nil || got.String() != want {
+			t.Errorf("%s's artifact after the attempts: %d bytes, %v", who, got.Len(), err)
+		}
+	}
+}
