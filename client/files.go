@@ -4,12 +4,16 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/wire"
@@ -156,7 +160,7 @@ func (c *Client) Download(ctx context.Context, a *Artifact, w io.Writer) error {
 	if a.Bucket == "" || a.Bucket == wire.FilesBucket {
 		n, err = c.download(ctx, a, io.MultiWriter(w, h))
 	} else {
-		n, err = c.downloadDirect(ctx, a, io.MultiWriter(w, h))
+		n, err = c.downloadChunks(ctx, a, io.MultiWriter(w, h))
 	}
 	if err != nil {
 		return err
@@ -185,53 +189,49 @@ func (c *Client) download(ctx context.Context, a *Artifact, w io.Writer) (int64,
 	return n, nil
 }
 
-// downloadDirect copies object a of a tenant's bucket, in the fleet's account, to w,
-// through the API the tenant's account imports under wire.FilesAPIPrefix: the
-// bucket's stream info and a direct get of each chunk, all that it may ask of the
-// fleet's JetStream (deploy/nats/auth.conf). Not the library's ObjectStore.Get: its
-// consumer needs the API that creates consumers, which no tenant is given, since a
-// push consumer's deliver subject would make the fleet's account publish where the
-// tenant chose.
-func (c *Client) downloadDirect(ctx context.Context, a *Artifact, w io.Writer) (int64, error) {
-	js, err := jetstream.NewWithAPIPrefix(c.nc, wire.FilesAPIPrefix)
-	if err != nil {
-		return 0, err
-	}
-	unreachable := func(err error) error {
-		if isNoStream(err) {
-			return errorf(ErrNoStream, "object store bucket %s cannot be reached from this account: on a fleet with tenants its NATS configuration gives each tenant's account its own bucket (deploy/nats/auth.conf) (%w)", a.Bucket, err)
-		}
-		return fmt.Errorf("object store bucket %s: %w", a.Bucket, err)
-	}
-	store, err := js.ObjectStore(ctx, a.Bucket)
-	if err != nil {
-		return 0, unreachable(err)
-	}
-	info, err := store.GetInfo(ctx, a.Object)
-	if err != nil {
-		return 0, fmt.Errorf("get object %q: %w", a.Object, err)
-	}
-	stream, err := js.Stream(ctx, "OBJ_"+a.Bucket)
-	if err != nil {
-		return 0, unreachable(err)
-	}
-	chunks := "$O." + a.Bucket + ".C." + info.NUID
+// chunkWait bounds the wait for one chunk: a request the workers dropped (the tenant's
+// share of their background work was full) is never answered.
+const chunkWait = 30 * time.Second
+
+// downloadChunks copies object a of a tenant's bucket, in the fleet's account, to w,
+// one chunk a request to the workers on wire.SubjectFiles: all that a tenant's
+// account may ask of the fleet for its files (deploy/nats/auth.conf).
+func (c *Client) downloadChunks(ctx context.Context, a *Artifact, w io.Writer) (int64, error) {
 	var n int64
-	for seq := uint64(0); n < int64(info.Size); {
-		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(chunks))
+	req := wire.ChunkRequest{Object: a.Object}
+	for {
+		body, err := json.Marshal(&req)
 		if err != nil {
-			return n, fmt.Errorf("read object %q: %w", a.Object, err)
-		}
-		if n+int64(len(msg.Data)) > int64(info.Size) {
-			return n, fmt.Errorf("read object %q: more bytes than its size, %d", a.Object, info.Size)
-		}
-		if _, err := w.Write(msg.Data); err != nil {
 			return n, err
 		}
-		n += int64(len(msg.Data))
-		seq = msg.Sequence + 1
+		rctx, cancel := context.WithTimeout(ctx, chunkWait)
+		m, err := c.nc.RequestWithContext(rctx, wire.SubjectFiles, body)
+		cancel()
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			return n, errorf(ErrNoStream, "object %q of bucket %s: nothing answers on %s: is this a tenant's account of a jazzmine fleet? (%w)", a.Object, a.Bucket, wire.SubjectFiles, err)
+		case err != nil:
+			return n, fmt.Errorf("read object %q of bucket %s: %w", a.Object, a.Bucket, err)
+		case m.Header.Get(wire.HeaderChunkError) != "":
+			return n, fmt.Errorf("read object %q of bucket %s: %s", a.Object, a.Bucket, m.Header.Get(wire.HeaderChunkError))
+		}
+		size, err := strconv.ParseInt(m.Header.Get(wire.HeaderObjectSize), 10, 64)
+		if err != nil || n+int64(len(m.Data)) > size {
+			return n, fmt.Errorf("read object %q: a chunk of %d bytes after %d, for an object of %q bytes", a.Object, len(m.Data), n, m.Header.Get(wire.HeaderObjectSize))
+		}
+		if _, err := w.Write(m.Data); err != nil {
+			return n, err
+		}
+		n += int64(len(m.Data))
+		if n == size {
+			return n, nil
+		}
+		next, err := strconv.ParseUint(m.Header.Get(wire.HeaderNextChunk), 10, 64)
+		if err != nil || len(m.Data) == 0 || next <= req.From {
+			return n, fmt.Errorf("read object %q: no progress after %d of its %d bytes", a.Object, n, size)
+		}
+		req.From = next
 	}
-	return n, nil
 }
 
 // Save downloads the object of a into dir, at its workspace path, creating

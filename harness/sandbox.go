@@ -3,9 +3,11 @@ package harness
 // What a sandbox's image (imagebuild) and its containers (sandboxpool) must agree
 // on, defined once here, the one package both import.
 const (
-	// SandboxUID is the uid and gid of the image's non-root user "sandbox": the
-	// harness and every script run as it, and it owns /workspace and /tmp.
-	SandboxUID = 10001
+	// SandboxUser is the image's non-root user and group, and SandboxUID their
+	// id. Every container's processes run with that group, and each container
+	// with a uid of its own (sandboxpool.SandboxUIDBase).
+	SandboxUser = "sandbox"
+	SandboxUID  = 10001
 	// LabelManaged is "true" on every image, container, volume and network
 	// jazzmine creates: what its reapers and tests look for.
 	LabelManaged = "jazzmine.managed"

@@ -15,7 +15,8 @@
 // built with the classic builder from an in-memory build context; nothing is
 // ever pulled: the base image comes from "make base-image".
 //
-// The image runs the harness as its entrypoint, as user sandbox (uid 10001),
+// The image runs the harness as its entrypoint, as user sandbox (uid 10001; the
+// pool runs each container as a uid of its own, with the group sandbox),
 // with the tools read-only in /tools, and without curl, wget, netcat, socat,
 // compilers, make, apt, dpkg or pip.
 //

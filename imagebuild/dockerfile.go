@@ -11,7 +11,7 @@ import (
 // What every sandbox image looks like inside.
 const (
 	// SandboxUser is the unprivileged user (and group) scripts run as.
-	SandboxUser = "sandbox"
+	SandboxUser = harness.SandboxUser
 	// SandboxUID is the uid and gid of SandboxUser.
 	SandboxUID = harness.SandboxUID
 	// ToolsDir holds the tool files, root-owned and read-only.

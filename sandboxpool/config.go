@@ -32,8 +32,22 @@ const (
 	DefaultPIDs           = 128
 	DefaultTmpfsBytes     = 64 << 20
 	// SandboxUID is the uid and gid of the image's non-root user "sandbox" (imagebuild
-	// creates it with this id). The harness runs as it and owns /workspace and /tmp.
+	// creates it with this id): the group every container's processes run as.
 	SandboxUID = harness.SandboxUID
+	// SandboxUser is that user's name, each container's USER and LOGNAME.
+	SandboxUser = harness.SandboxUser
+	// Each container runs as a uid of its own, drawn at random from SandboxUIDs uids
+	// from SandboxUIDBase, with the group SandboxUID; the harness owns /workspace and
+	// /tmp as it. The kernel counts some things per uid, not per container: inotify
+	// instances and watches, POSIX message-queue bytes, pending signals, processes
+	// (RLIMIT_NPROC), keyrings. With one uid for every sandbox of a host, a script that
+	// used one up (128 inotify instances) left none to every other container's
+	// scripts. No two live containers of a pool share a uid; two of different pools on
+	// one host (several workers) do with a chance of about n²/2^25 for n containers. The
+	// range is far above the ids of a host's users and the subordinate ids of user
+	// namespaces (/etc/subuid from 100000), and below 2^31.
+	SandboxUIDBase = 1 << 30
+	SandboxUIDs    = 1 << 24
 	// EgressDir is where a sandbox's EgressVolume is mounted in its containers.
 	EgressDir = "/run/jazzmine/egress"
 )

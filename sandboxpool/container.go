@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -40,6 +41,7 @@ type ctr struct {
 	attach  client.HijackedResponse
 	stderr  *tailBuffer
 	ready   harness.Ready // what its harness said it loaded
+	uid     int           // what its processes run as (takeUID)
 
 	// Guarded by Pool.mu.
 	state     state
@@ -64,10 +66,31 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// env is a container's environment: the sandbox's variables in order of name, then
+// takeUID returns a uid for a new container that no live container of the pool has,
+// drawn at random from [SandboxUIDBase, SandboxUIDBase+SandboxUIDs); giveUID gives
+// it back when the container is removed.
+func (p *Pool) takeUID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		if uid := SandboxUIDBase + mrand.IntN(SandboxUIDs); !p.uids[uid] {
+			p.uids[uid] = true
+			return uid
+		}
+	}
+}
+
+func (p *Pool) giveUID(uid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.uids, uid)
+}
+
+// env is a container's environment: USER and LOGNAME (its uid has no passwd entry,
+// and getpass.getuser() reads them), the sandbox's variables in order of name, then
 // its secrets that resolve.
 func (p *Pool) env(sb *Sandbox) []string {
-	env := []string{}
+	env := []string{"USER=" + SandboxUser, "LOGNAME=" + SandboxUser}
 	keys := make([]string, 0, len(sb.Env))
 	for k := range sb.Env {
 		keys = append(keys, k)
@@ -108,19 +131,20 @@ func (p *Pool) mounts(sb *Sandbox) []mount.Mount {
 	return mounts
 }
 
-// createOptions is the hardened container of DESIGN.md section 6.
-func (p *Pool) createOptions(sb *Sandbox, name string) client.ContainerCreateOptions {
+// createOptions is the hardened container of DESIGN.md section 6, whose processes
+// run as uid and the group SandboxUID.
+func (p *Pool) createOptions(sb *Sandbox, name string, uid int) client.ContainerCreateOptions {
 	pids := sb.PIDs
 	tmpfs := func(size int64) string {
 		// Docker gives a tmpfs the owner of the image's directory; uid and gid make it
-		// the sandbox user's whatever the image says.
-		return fmt.Sprintf("rw,nosuid,nodev,noexec,uid=%d,gid=%d,mode=0700,size=%d", SandboxUID, SandboxUID, size)
+		// the container's user's whatever the image says.
+		return fmt.Sprintf("rw,nosuid,nodev,noexec,uid=%d,gid=%d,mode=0700,size=%d", uid, SandboxUID, size)
 	}
 	return client.ContainerCreateOptions{
 		Name: name,
 		Config: &container.Config{
 			Image:        sb.Image,
-			User:         fmt.Sprintf("%d:%d", SandboxUID, SandboxUID),
+			User:         fmt.Sprintf("%d:%d", uid, SandboxUID),
 			Env:          p.env(sb),
 			OpenStdin:    true,
 			StdinOnce:    false,
@@ -183,12 +207,14 @@ func (p *Pool) spawn(ctx context.Context, sb *sandbox) (*ctr, error) {
 	// container whose request was aborted, and its id would be lost, the container
 	// left behind in state created after Close's sweep. It is short, and bounded.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
-	created, err := p.cfg.Docker.ContainerCreate(cctx, p.createOptions(&sb.cfg, name))
+	uid := p.takeUID()
+	created, err := p.cfg.Docker.ContainerCreate(cctx, p.createOptions(&sb.cfg, name, uid))
 	cancel()
 	if err != nil {
+		p.giveUID(uid)
 		return nil, fmt.Errorf("create container for sandbox %q: %w", sb.cfg.Name, err)
 	}
-	c := &ctr{id: created.ID, name: name, sandbox: sb, stderr: &tailBuffer{max: 8 << 10}, born: time.Now()}
+	c := &ctr{id: created.ID, name: name, sandbox: sb, uid: uid, stderr: &tailBuffer{max: 8 << 10}, born: time.Now()}
 	fail := func(err error) (*ctr, error) {
 		p.remove(c)
 		if tail := strings.TrimSpace(c.stderr.String()); tail != "" {
@@ -242,6 +268,7 @@ func (p *Pool) remove(c *ctr) {
 	if c.attach.Conn != nil {
 		c.attach.Close()
 	}
+	p.giveUID(c.uid)
 }
 
 // oomKilled reports whether Docker saw the container killed for memory.

@@ -16,6 +16,10 @@ const hardeningProbe = `
 import os, shutil
 found = {}
 found["uid"] = os.getuid()
+found["gid"] = os.getgid()
+import getpass
+found["user"] = getpass.getuser()
+found["workspace_uid"] = os.stat("/workspace").st_uid
 for line in open("/proc/self/status"):
     key, _, value = line.partition(":")
     if key == "CapEff":
@@ -66,6 +70,9 @@ func TestTheSandboxIsHardened(t *testing.T) {
 	}
 	var got struct {
 		UID               int      `json:"uid"`
+		GID               int      `json:"gid"`
+		User              string   `json:"user"`
+		WorkspaceUID      int      `json:"workspace_uid"`
 		CapEff            int      `json:"cap_eff"`
 		NoNewPrivs        int      `json:"no_new_privs"`
 		RootWritable      bool     `json:"root_writable"`
@@ -89,6 +96,9 @@ func TestTheSandboxIsHardened(t *testing.T) {
 		ok   bool
 	}{
 		{"uid is not 0", got.UID != 0},
+		{"the uid is the container's own, of the sandboxes' range, the group sandbox's", got.UID >= sandboxpool.SandboxUIDBase && got.UID < sandboxpool.SandboxUIDBase+sandboxpool.SandboxUIDs && got.GID == sandboxpool.SandboxUID},
+		{"getpass.getuser() is sandbox", got.User == sandboxpool.SandboxUser},
+		{"the workspace is the uid's", got.WorkspaceUID == got.UID},
 		{"effective capabilities are 0", got.CapEff == 0},
 		{"NoNewPrivs is 1", got.NoNewPrivs == 1},
 		{"writing to / fails", !got.RootWritable},

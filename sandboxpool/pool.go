@@ -52,6 +52,7 @@ type Pool struct {
 	mu        sync.Mutex // guards the fields below and every sandbox's and ctr's mutable state
 	sandboxes map[string]*sandbox
 	all       map[string]*ctr // every live container by id
+	uids      map[int]bool    // the uids of the containers spawned and not yet removed
 	closed    bool
 	// readyChanged is closed, and replaced, when a sandbox's ready changes (ready.go).
 	readyChanged chan struct{}
@@ -125,7 +126,7 @@ func New(cfg Config) (*Pool, error) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	p := &Pool{tracer: tp.Tracer("github.com/jazzmine/worker/sandboxpool"), cfg: cfg, log: cfg.Logger, exe: cfg.Executor, sandboxes: map[string]*sandbox{}, all: map[string]*ctr{}, stopLoop: make(chan struct{}), ownDocker: own, readyChanged: make(chan struct{})}
+	p := &Pool{tracer: tp.Tracer("github.com/jazzmine/worker/sandboxpool"), cfg: cfg, log: cfg.Logger, exe: cfg.Executor, sandboxes: map[string]*sandbox{}, all: map[string]*ctr{}, uids: map[int]bool{}, stopLoop: make(chan struct{}), ownDocker: own, readyChanged: make(chan struct{})}
 	if p.log == nil {
 		p.log = slog.Default()
 	}

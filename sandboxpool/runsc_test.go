@@ -85,8 +85,8 @@ emit_result(found)
 		if got.Release == strings.TrimSpace(string(hostRelease)) {
 			t.Errorf("the script saw the host's kernel (%s): not gVisor's", got.Release)
 		}
-		if got.UID != sandboxpool.SandboxUID || len(got.Leftover) != 0 {
-			t.Errorf("execution %d saw uid %d and /workspace %v, want uid %d and nothing left", i, got.UID, got.Leftover, sandboxpool.SandboxUID)
+		if got.UID < sandboxpool.SandboxUIDBase || got.UID >= sandboxpool.SandboxUIDBase+sandboxpool.SandboxUIDs || len(got.Leftover) != 0 {
+			t.Errorf("execution %d saw uid %d and /workspace %v, want a uid of the sandboxes' range and nothing left", i, got.UID, got.Leftover)
 		}
 	}
 }

@@ -85,8 +85,8 @@ var deniedSyscalls = [][]string{
 		"perf_event_open",
 		// The default leaves it to CAP_BPF or CAP_SYS_ADMIN.
 		"bpf",
-		// Kernel keyrings are not namespaced: the sandbox uid's keyrings are those of
-		// uid 10001 on the host. Not in the default.
+		// Kernel keyrings are not namespaced: a container's uid's keyrings are those
+		// of that uid on the host. Not in the default.
 		"keyctl", "add_key", "request_key",
 		// Work submitted through a ring is never seen by seccomp, and io_uring has been
 		// the way in of many kernel exploits. Not in the library's default; allowed by

@@ -18,14 +18,40 @@ const FilesBucket = "JAZZMINE_FILES"
 // TenantFilesBucket is the bucket, in the fleet's account, that holds the
 // artifacts and display images of tenant's executions, bounded on its own
 // (the workers' tenant_files_max_bytes) so that no tenant fills another's.
-// A tenant's account reaches it read-only, through the JetStream API under
-// [FilesAPIPrefix]: its stream's info and direct gets of its messages
-// (deploy/nats/auth.conf).
+// A tenant's account does not reach it: its agents read their objects from
+// the workers, a chunk a request, on [SubjectFiles].
 func TenantFilesBucket(tenant string) string { return FilesBucket + "_" + tenant }
 
-// FilesAPIPrefix is the prefix under which a tenant's account reaches the
-// fleet's JetStream API for its own [TenantFilesBucket], in place of $JS.API.
-const FilesAPIPrefix = "$JS.jazzmine.API"
+// Reading a tenant's objects. An agent of a tenant sends a [ChunkRequest] on
+// SubjectFiles, jazzmine.files.<tenant> in the fleet's account, and a worker
+// answers with the bytes of one chunk of the object in the tenant's
+// [TenantFilesBucket]: Content-Type ContentTypeBytes (never an event's), the
+// object's size in HeaderObjectSize and, unless it was the last, where the next
+// chunk is in HeaderNextChunk; or, with no bytes, HeaderChunkError. Requests
+// are served within the tenant's share of the workers' background work.
+const (
+	SubjectFiles     = "jazzmine.files"
+	ContentTypeBytes = "application/octet-stream"
+	HeaderObjectSize = "Jazzmine-Object-Size"
+	HeaderNextChunk  = "Jazzmine-Next-Chunk"
+	HeaderChunkError = "Jazzmine-Chunk-Error"
+)
+
+// ChunkRequest asks for the first chunk of Object stored at or after From, a
+// sequence of the bucket's stream: 0 for the first chunk, then the
+// HeaderNextChunk of the answer before.
+type ChunkRequest struct {
+	Object string `json:"object"`
+	From   uint64 `json:"from"`
+}
+
+// ParseFilesSubject returns the tenant of a chunk request's subject as the
+// fleet's account sees it, jazzmine.files.<tenant>. Errors wrap
+// [ErrInvalidSubject].
+func ParseFilesSubject(subject string) (tenant string, err error) {
+	tenant, _, err = tokens(subject, SubjectFiles, "tenant")
+	return tenant, err
+}
 
 // Limits of a job's files and artifacts that [Job.Validate] enforces.
 const (

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"log/slog"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -27,64 +28,11 @@ type files struct {
 	js        jetstream.JetStream
 	store     jetstream.ObjectStore       // wire.FilesBucket, set by ensureStreams
 	tenantCfg jetstream.ObjectStoreConfig // of a tenant's bucket but its name, set by ensureStreams
+	bg        *background                 // where tenants' chunk requests are served
+	log       *slog.Logger
 
 	mu      sync.Mutex
-	tenants map[string]jetstream.ObjectStore // the tenants' buckets this worker has made
-}
-
-// bucket returns the bucket of tenant's artifacts: wire.FilesBucket for the fleet's
-// own account (tenant ""), else the tenant's bucket, created or updated to the
-// configured bound by this worker's first store for the tenant. The lock is held over
-// that one API call: the first stores of two tenants wait for each other, once.
-func (f *files) bucket(ctx context.Context, tenant string) (jetstream.ObjectStore, error) {
-	if tenant == "" {
-		return f.store, nil
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if store, ok := f.tenants[tenant]; ok {
-		return store, nil
-	}
-	cfg := f.tenantCfg
-	cfg.Bucket = wire.TenantFilesBucket(tenant)
-	store, err := f.js.CreateOrUpdateObjectStore(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("create or update object store %s: %w", cfg.Bucket, err)
-	}
-	if f.tenants == nil {
-		f.tenants = map[string]jetstream.ObjectStore{}
-	}
-	f.tenants[tenant] = store
-	return store, nil
-}
-
-// errBucketFull is the failure to store a file in a tenant's bucket at its bound:
-// the tenant's own limit (an artifact_limit error), not the fleet's failure.
-type errBucketFull struct {
-	err    error
-	bucket string
-	limit  int64
-}
-
-func (e *errBucketFull) Error() string {
-	return fmt.Sprintf("%v: the tenant's bucket %s is full (%d bytes, the workers' tenant_files_max_bytes); its objects expire with the events", e.err, e.bucket, e.limit)
-}
-
-func (e *errBucketFull) Unwrap() error { return e.err }
-
-// JetStream API error codes of a message refused for lack of room, which nats.go
-// does not name: "store failed" (a stream at its MaxBytes with DiscardNew; its only
-// other cause is a message over 32 MiB, and a chunk is 128 KiB) and "insufficient
-// resources" (the account or the server out of storage).
-const (
-	codeStreamStoreFailed  = jetstream.ErrorCode(10077)
-	codeStorageResourceOut = jetstream.ErrorCode(10047)
-)
-
-// storeFull reports whether err says that a stream refused a message for lack of room.
-func storeFull(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == codeStreamStoreFailed || apiErr.ErrorCode == codeStorageResourceOut)
+	tenants map[string]*tenantBucket // the tenants' buckets this worker has made or is making
 }
 
 // errInputFile is the failure of a job whose input files cannot be given to it: an
@@ -162,14 +110,8 @@ func (f *files) put(ctx context.Context, ref execRef, attempt int, hev harness.E
 	info, err := store.Put(ctx, meta, io.TeeReader(body, sum))
 	if err != nil {
 		err = fmt.Errorf("store %s %s: %w", hev.Type, hev.Path, err)
-		switch {
-		case ref.tenant == "":
-		case storeFull(err):
-			err = &errBucketFull{err: err, bucket: wire.TenantFilesBucket(ref.tenant), limit: f.tenantCfg.MaxBytes}
-		default: // perhaps deleted: the next store makes it again
-			f.mu.Lock()
-			delete(f.tenants, ref.tenant)
-			f.mu.Unlock()
+		if ref.tenant != "" {
+			err = f.putFailed(ref.tenant, err)
 		}
 		return err
 	}

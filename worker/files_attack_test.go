@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -383,4 +384,75 @@ open("out/a.txt", "w").write("x" * (1 << 20))`
 		t.Fatalf("the fleet's own execution: %+v, %v; want its artifact in %s", res, err, wire.FilesBucket)
 	}
 	read("the fleet", &wire.Event{Bucket: res.Artifacts[0].Bucket, Object: res.Artifacts[0].Object}, strings.Repeat("x", 1<<20))
+}
+
+// TestATenantsChunkRequestsReadOnlyItsOwnObjects: a tenant's agents read their
+// artifacts from the workers, one chunk a request on jazzmine.files.<tenant> (its
+// jazzmine.files). The chunks of one object follow each other to its size, an empty
+// object has none, and a request that is not JSON, names another tenant's object or
+// asks past the end gets an error and no bytes.
+func TestATenantsChunkRequestsReadOnlyItsOwnObjects(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 0, nil)
+	newFilesAgent(t, nc)
+	evs := runTenantJob(t, nc, "t1", wire.Job{ExecutionID: newID("t1"), Mode: wire.ModeInteractive, Script: `import os
+os.makedirs("out")
+open("out/a.bin", "wb").write(bytes(range(256)) * 1200)
+open("out/empty", "wb").close()`})
+	objects := map[string]*wire.Event{}
+	for _, ev := range evs {
+		if ev.Type == wire.EventArtifact {
+			objects[ev.Path] = ev
+		}
+	}
+	if len(objects) != 2 {
+		t.Fatalf("the tenant's job: %s; want two artifacts", describe(evs))
+	}
+	ask := func(tenant string, body any) *nats.Msg {
+		t.Helper()
+		b, ok := body.([]byte)
+		if !ok {
+			b, _ = json.Marshal(body)
+		}
+		m, err := nc.Request(wire.SubjectFiles+"."+tenant, b, 10*time.Second)
+		if err != nil {
+			t.Fatalf("chunk request %s: %v", b, err)
+		}
+		if ct := m.Header.Get(wire.HeaderContentType); ct != wire.ContentTypeBytes {
+			t.Errorf("an answer's Content-Type is %q, want %q (never an event's)", ct, wire.ContentTypeBytes)
+		}
+		return m
+	}
+	var got []byte
+	req := wire.ChunkRequest{Object: objects["out/a.bin"].Object}
+	for chunks := 0; len(got) < 256*1200; chunks++ {
+		m := ask("t1", req)
+		if e := m.Header.Get(wire.HeaderChunkError); e != "" || len(m.Data) == 0 || chunks > 10 {
+			t.Fatalf("chunk %d from %d: %q, %d bytes", chunks, req.From, e, len(m.Data))
+		}
+		got = append(got, m.Data...)
+		next, _ := strconv.ParseUint(m.Header.Get(wire.HeaderNextChunk), 10, 64)
+		req.From = next
+	}
+	if !bytes.Equal(got, bytes.Repeat(func() []byte {
+		b := make([]byte, 256)
+		for i := range b {
+			b[i] = byte(i)
+		}
+		return b
+	}(), 1200)) {
+		t.Error("the chunks of out/a.bin are not its bytes")
+	}
+	if m := ask("t1", wire.ChunkRequest{Object: objects["out/empty"].Object}); len(m.Data) != 0 || m.Header.Get(wire.HeaderObjectSize) != "0" || m.Header.Get(wire.HeaderChunkError) != "" {
+		t.Errorf("the empty object: %d bytes, size %q, error %q", len(m.Data), m.Header.Get(wire.HeaderObjectSize), m.Header.Get(wire.HeaderChunkError))
+	}
+	for name, m := range map[string]*nats.Msg{
+		"not JSON":              ask("t1", []byte("give me everything")),
+		"another tenant's":      ask("t2", wire.ChunkRequest{Object: objects["out/a.bin"].Object}),
+		"past the object's end": ask("t1", wire.ChunkRequest{Object: objects["out/a.bin"].Object, From: req.From + 1_000_000}),
+	} {
+		if len(m.Data) != 0 || m.Header.Get(wire.HeaderChunkError) == "" {
+			t.Errorf("a request %s: %d bytes, error %q; want an error and no bytes", name, len(m.Data), m.Header.Get(wire.HeaderChunkError))
+		}
+	}
 }

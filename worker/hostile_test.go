@@ -1,14 +1,17 @@
 package worker_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
 )
 
@@ -131,5 +134,56 @@ func TestHostileScriptsChangeNothingForOthers(t *testing.T) {
 	wg.Wait()
 	if ordinary.Load() < 5 || failures.Load() > 0 {
 		t.Errorf("ordinary jobs beside the suite: %d ran, %d failed", ordinary.Load(), failures.Load())
+	}
+}
+
+// TestAScriptCannotUseUpWhatTheKernelCountsPerUserForAnother: the kernel counts some
+// things per uid, not per container (inotify instances, message-queue bytes, pending
+// signals, processes). A script takes every inotify instance its uid may have (128
+// here) and holds them while another agent's script runs in the other container of
+// the sandbox, which must still get one: each container runs as a uid of its own.
+// With one uid for every container, the second failed with EMFILE.
+func TestAScriptCannotUseUpWhatTheKernelCountsPerUserForAnother(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 2, 0, nil)
+	c := newClient(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	hog, err := c.Submit(ctx, wire.Job{Sandbox: "default", TimeoutSec: 60, Script: `import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while (fd := libc.inotify_init1(0)) >= 0:
+    held.append(fd)
+print(len(held), ctypes.get_errno(), flush=True)
+time.sleep(30)
+emit_result(os.getuid())`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hog.Close()
+	for ev := range hog.Events() {
+		if ev.Type == wire.EventStdout {
+			t.Logf("the hog holds %s inotify instances and got errno", strings.TrimSpace(ev.Text))
+			break
+		}
+	}
+	res, err := c.Run(ctx, wire.Job{Sandbox: "default", Script: `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+emit_result({"fd": fd, "errno": ctypes.get_errno(), "uid": os.getuid()})`})
+	if err != nil || !res.Success {
+		t.Fatalf("the other agent's job: %+v, %v", res, err)
+	}
+	got, _ := res.FinalData.(map[string]any)
+	if fd, _ := got["fd"].(int64); fd < 0 {
+		t.Errorf("BROKEN: beside a script holding its uid's inotify instances, another container's script got none: %v", got)
+	}
+	uid, _ := got["uid"].(int64)
+	if uid < sandboxpool.SandboxUIDBase || uid >= sandboxpool.SandboxUIDBase+sandboxpool.SandboxUIDs {
+		t.Errorf("the script ran as uid %d, want one of the sandboxes' range from %d", uid, sandboxpool.SandboxUIDBase)
+	}
+	if err := hog.Cancel(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

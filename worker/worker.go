@@ -69,7 +69,7 @@ func New(cfg Config) (*Worker, error) {
 	w.bg = newBackground(cfg.Logger)
 	w.events = &events{js: js, nc: cfg.NATS, workerID: cfg.WorkerID}
 	w.cancels = &canceller{nc: cfg.NATS, js: js, workerID: cfg.WorkerID, log: cfg.Logger, events: w.events, running: running, bg: w.bg}
-	w.files = &files{js: js}
+	w.files = &files{js: js, bg: w.bg, log: cfg.Logger}
 	w.proc = newProcessor(&w.cfg, tel, w.events, w.cancels, running, w.files)
 	w.producer = newProducer(cfg.Sandboxes, w.proc.handle, cfg.Logger)
 	w.sessions = newSessions(&w.cfg, js, w.proc, w.events)
@@ -113,8 +113,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// subscribe subscribes the cancel protocol, triage and replays: the coordinator,
-// triage and replays in the fleet's queue groups (one worker each message), the
+// subscribe subscribes the cancel protocol, triage, replays and tenants' chunk
+// requests: the coordinator, triage, replays and chunks in the fleet's queue groups (one worker each message), the
 // answer for running executions on every worker.
 func (w *Worker) subscribe() error {
 	nc := w.cfg.NATS
@@ -127,6 +127,7 @@ func (w *Worker) subscribe() error {
 		{execAll, groupTriage, w.triage.see},
 		{wire.SessionWildcard, groupTriage, w.triage.seeSession},
 		{replayAll, groupReplay, w.replays.see},
+		{filesAll, groupFiles, w.files.see},
 	} {
 		var sub *nats.Subscription
 		var err error

@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -340,6 +341,16 @@ func twoTenantServerWith(t *testing.T, a, b string, tweak func(*worker.Config)) 
 	return wnc, connectAs(t, srv.ClientURL(), aSeed, nil), connectAs(t, srv.ClientURL(), bSeed, nil)
 }
 
+// tenantClient is a Go client on nc, a tenant's connection.
+func tenantClient(t *testing.T, nc *nats.Conn) *client.Client {
+	t.Helper()
+	c, err := client.New(client.Config{Conn: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestTwoTenantsCannotSeeOrCancelEachOther runs a fleet for two tenants, alpha and
 // beta, from the configuration `worker nats-auth` renders. Beta, hostile, knows the
 // id of alpha's running execution: it listens to every event it may, reads its
@@ -347,14 +358,7 @@ func twoTenantServerWith(t *testing.T, a, b string, tweak func(*worker.Config)) 
 // to its result, and each tenant's cancel still reaches its own jobs.
 func TestTwoTenantsCannotSeeOrCancelEachOther(t *testing.T) {
 	_, anc, bnc := twoTenantServer(t, "alpha", "beta")
-	newClient := func(nc *nats.Conn) *client.Client {
-		c, err := client.New(client.Config{Conn: nc})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	alpha, beta := newClient(anc), newClient(bnc)
+	alpha, beta := tenantClient(t, anc), tenantClient(t, bnc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -584,24 +588,19 @@ func TestATenantsStorageIsBounded(t *testing.T) {
 }
 
 // TestATenantReadsItsOwnArtifactsAndNoOthers: each tenant's artifacts are in a bucket
-// of its own in the fleet's account, which its agents read through the API their
-// account imports under wire.FilesAPIPrefix. Alpha downloads its artifact whole.
-// Beta, hostile and knowing where alpha's artifact is, asks for it with the client,
-// with a direct get through its own imports, and through the fleet's API as it is
-// named in the fleet's account; alpha itself tries what it was not given on its own
-// bucket: a consumer (whose deliver subject would make the fleet's account publish
-// where alpha chose), a purge, and a write of its own. Each is refused; both
+// of its own in the fleet's account, which its agents read from the workers, a chunk
+// a request on jazzmine.files. Alpha downloads its artifact whole. Beta, hostile and
+// knowing where alpha's artifact is, asks for it with the client, with a chunk
+// request of its own, on the subject the fleet's account sees, and through the
+// fleet's JetStream API; alpha itself asks more of the fleet than a chunk: a direct
+// get of a whole bucket in one request (which an import of the JetStream API would
+// have let it make, reading up to a bucket's bytes into the server's memory each
+// time), a consumer (whose deliver subject would make the fleet's account publish
+// where alpha chose), a purge, a write. Each is refused or gets one chunk; both
 // tenants' artifacts are still there.
 func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
 	_, anc, bnc := twoTenantServer(t, "alpha", "beta")
-	newClient := func(nc *nats.Conn) *client.Client {
-		c, err := client.New(client.Config{Conn: nc})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	alpha, beta := newClient(anc), newClient(bnc)
+	alpha, beta := tenantClient(t, anc), tenantClient(t, bnc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	secret := strings.Repeat("alpha's secret ", 40_000) // 600 KB: several chunks
@@ -635,30 +634,43 @@ func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
 	} else {
 		t.Logf("beta's download of alpha's artifact: %v", err)
 	}
+	req := func(object string) []byte {
+		b, _ := json.Marshal(wire.ChunkRequest{Object: object})
+		return b
+	}
+	if m, err := bnc.Request(wire.SubjectFiles, req(art.Object), 10*time.Second); err != nil || len(m.Data) != 0 || m.Header.Get(wire.HeaderChunkError) == "" {
+		t.Errorf("BROKEN: beta's chunk request for alpha's object: %v; want an error, no bytes", err)
+	} else {
+		t.Logf("beta's chunk request for alpha's object: %s", m.Header.Get(wire.HeaderChunkError))
+	}
 	meta := "$O." + art.Bucket + ".M.>"
-	for _, subj := range []string{
-		wire.FilesAPIPrefix + ".DIRECT.GET.OBJ_" + art.Bucket + "." + meta,
-		wire.FilesAPIPrefix + ".DIRECT.GET.OBJ_" + art.Bucket,
-		"$JS.API.DIRECT.GET.OBJ_" + art.Bucket,
-		wire.FilesAPIPrefix + ".STREAM.INFO.OBJ_" + art.Bucket,
+	for subj, body := range map[string][]byte{
+		wire.SubjectFiles + ".alpha":                        req(art.Object),
+		"$JS.API.DIRECT.GET.OBJ_" + art.Bucket:              []byte(`{"seq":1}`),
+		"$JS.API.DIRECT.GET.OBJ_" + art.Bucket + "." + meta: nil,
+		"$JS.jazzmine.API.DIRECT.GET.OBJ_" + art.Bucket:     []byte(`{"seq":1}`),
+		"$JS.jazzmine.API.STREAM.INFO.OBJ_" + art.Bucket:    nil,
+		"$JS.API.STREAM.INFO.OBJ_" + wire.FilesBucket:       nil,
 	} {
-		if m, err := bnc.Request(subj, []byte(`{"seq":1}`), time.Second); err == nil && len(m.Data) > 0 && !strings.Contains(string(m.Data), `"error"`) {
+		if m, err := bnc.Request(subj, body, time.Second); err == nil && len(m.Data) > 0 && !strings.Contains(string(m.Data), `"error"`) {
 			t.Errorf("BROKEN: beta's request on %s was answered: %.200q %v", subj, m.Data, m.Header)
 		}
 	}
 
-	// Alpha asks more of its own bucket than reading it.
+	// Alpha asks more of the fleet than a chunk.
+	m, err := anc.Request(wire.SubjectFiles, []byte(`{"object":"`+art.Object+`","from":0,"batch":100000000,"max_bytes":1099511627776}`), 10*time.Second)
+	if err != nil || len(m.Data) == 0 || len(m.Data) > 128<<10 {
+		t.Errorf("alpha's request for its whole object at once: %v; want one chunk of at most 128 KiB", err)
+	}
 	for subj, body := range map[string]string{
-		wire.FilesAPIPrefix + ".CONSUMER.CREATE.OBJ_" + art.Bucket + ".evil":         `{"stream_name":"OBJ_` + art.Bucket + `","config":{"name":"evil","deliver_subject":"jazzmine.internal.x"}}`,
-		wire.FilesAPIPrefix + ".CONSUMER.CREATE.OBJ_" + art.Bucket:                   `{"stream_name":"OBJ_` + art.Bucket + `","config":{"deliver_subject":"jazzmine.internal.x"}}`,
-		wire.FilesAPIPrefix + ".STREAM.PURGE.OBJ_" + art.Bucket:                      `{}`,
-		wire.FilesAPIPrefix + ".STREAM.MSG.DELETE.OBJ_" + art.Bucket:                 `{"seq":1}`,
-		wire.FilesAPIPrefix + ".STREAM.DELETE.OBJ_" + art.Bucket:                     ``,
-		"$O." + art.Bucket + ".C.forged":                                             `forged`,
-		wire.FilesAPIPrefix + ".DIRECT.GET.OBJ_" + wire.TenantFilesBucket("beta"):    `{"seq":1}`,
-		wire.FilesAPIPrefix + ".STREAM.INFO.OBJ_" + wire.TenantFilesBucket("beta"):   ``,
-		wire.FilesAPIPrefix + ".STREAM.INFO.OBJ_" + wire.FilesBucket:                 ``,
-		wire.FilesAPIPrefix + ".DIRECT.GET.OBJ_" + wire.FilesBucket + "." + meta[:4]: `{"seq":1}`,
+		"$JS.jazzmine.API.DIRECT.GET.OBJ_" + art.Bucket:                `{"seq":1,"batch":100000000,"max_bytes":1099511627776}`,
+		"$JS.API.DIRECT.GET.OBJ_" + art.Bucket:                         `{"seq":1,"batch":100000000,"max_bytes":1099511627776}`,
+		"$JS.jazzmine.API.CONSUMER.CREATE.OBJ_" + art.Bucket + ".evil": `{"stream_name":"OBJ_` + art.Bucket + `","config":{"name":"evil","deliver_subject":"jazzmine.internal.x"}}`,
+		"$JS.API.CONSUMER.CREATE.OBJ_" + art.Bucket:                    `{"stream_name":"OBJ_` + art.Bucket + `","config":{"deliver_subject":"jazzmine.internal.x"}}`,
+		"$JS.API.STREAM.PURGE.OBJ_" + art.Bucket:                       `{}`,
+		"$JS.API.STREAM.MSG.DELETE.OBJ_" + art.Bucket:                  `{"seq":1}`,
+		"$O." + art.Bucket + ".C.forged":                               `forged`,
+		"$JS.API.STREAM.INFO.OBJ_" + wire.TenantFilesBucket("beta"):    ``,
 	} {
 		if m, err := anc.Request(subj, []byte(body), time.Second); err == nil && !strings.Contains(string(m.Data), `"error"`) {
 			t.Errorf("BROKEN: alpha's request on %s was answered: %.200q", subj, m.Data)
