@@ -53,6 +53,13 @@ type Display struct {
 	Image *Artifact
 }
 
+// Input is the input file of a later job that holds a's content, written at path in
+// its workspace: an execution's artifact read by the next without a download and an
+// upload (the only input by reference an agent of a tenant can give).
+func (a *Artifact) Input(path string) wire.File {
+	return wire.File{Path: path, Object: a.Object}
+}
+
 func artifactOf(ev *wire.Event) *Artifact {
 	bucket := ev.Bucket
 	if bucket == "" {

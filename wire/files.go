@@ -104,7 +104,8 @@ type File struct {
 	Mode int `json:"mode,omitempty" msgpack:"mode,omitempty"`
 	// Data is the file's content, inline: base64 in JSON, binary in msgpack.
 	Data []byte `json:"data,omitempty" msgpack:"data,omitempty"`
-	// Object names an object of [FilesBucket] that holds the content.
+	// Object names an object of [FilesBucket] that holds the content; in a
+	// tenant's job, of its [TenantFilesBucket] (an artifact of its own).
 	Object string `json:"object,omitempty" msgpack:"object,omitempty"`
 }
 

@@ -44,32 +44,40 @@ func (e *errInputFile) Error() string { return e.msg }
 // inputs returns the job's input files for the harness, each opened when it is sent.
 // Objects are looked up now, before a container is taken: a missing one, or files
 // larger than limit added up (when limit > 0), is an *errInputFile. A tenant's job
-// may not name objects: the bucket is the fleet's, holding every tenant's artifacts,
-// which the worker would read for it.
+// names objects of its own bucket only (its executions' artifacts): the names are
+// looked up there, never in another's.
 func (f *files) inputs(ctx context.Context, ref execRef, job *wire.Job, limit int64) ([]harness.InputFile, error) {
 	if len(job.Files) == 0 {
 		return nil, nil
 	}
 	out := make([]harness.InputFile, 0, len(job.Files))
 	var total int64
+	var store jetstream.ObjectStore
+	bucket := wire.FilesBucket
+	if ref.tenant != "" {
+		bucket = wire.TenantFilesBucket(ref.tenant)
+	}
 	for _, jf := range job.Files {
 		in := harness.InputFile{Path: jf.Path, Mode: jf.Mode, Size: int64(len(jf.Data))}
-		if jf.Object != "" && ref.tenant != "" {
-			return nil, &errInputFile{fmt.Sprintf("input file %s: input objects are not available to tenants yet: give the file inline", jf.Path)}
-		}
 		if jf.Object == "" {
 			data := jf.Data
 			in.Open = func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
 		} else {
-			info, err := f.store.GetInfo(ctx, jf.Object)
+			if store == nil {
+				var err error
+				if store, err = f.bucket(ctx, ref.tenant); err != nil {
+					return nil, fmt.Errorf("input file %s: %w", jf.Path, err)
+				}
+			}
+			info, err := store.GetInfo(ctx, jf.Object)
 			if errors.Is(err, jetstream.ErrObjectNotFound) {
-				return nil, &errInputFile{fmt.Sprintf("input file %s: object %q is not in the bucket %s", jf.Path, jf.Object, wire.FilesBucket)}
+				return nil, &errInputFile{fmt.Sprintf("input file %s: object %q is not in the bucket %s", jf.Path, jf.Object, bucket)}
 			}
 			if err != nil {
 				return nil, fmt.Errorf("input file %s: look up object %q: %w", jf.Path, jf.Object, err)
 			}
 			in.Size = int64(info.Size)
-			in.Open = func(ctx context.Context) (io.ReadCloser, error) { return f.open(ctx, info) }
+			in.Open = func(ctx context.Context) (io.ReadCloser, error) { return f.open(ctx, bucket, info) }
 		}
 		total += in.Size
 		out = append(out, in)
@@ -124,14 +132,15 @@ func (f *files) put(ctx context.Context, ref execRef, attempt int, hev harness.E
 // asks the server for ahead of the container: what the worker holds of a file.
 const objectChunksAhead = 4
 
-// open reads the chunks of the object info describes with an ordered pull consumer,
+// open reads the chunks of the object of bucket that info describes (the bucket the
+// worker looked it up in, not the one its description names) with an ordered pull consumer,
 // objectChunksAhead at a time, checking their SHA-256 at the end. Not the library's
 // ObjectStore.Get: its push consumer sends the object at the server's pace, not the
 // reader's, and the worker held 60 MB of a 100 MB file that streamed into a
 // container.
-func (f *files) open(ctx context.Context, info *jetstream.ObjectInfo) (io.ReadCloser, error) {
-	cons, err := f.js.OrderedConsumer(ctx, "OBJ_"+info.Bucket, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"$O." + info.Bucket + ".C." + info.NUID},
+func (f *files) open(ctx context.Context, bucket string, info *jetstream.ObjectInfo) (io.ReadCloser, error) {
+	cons, err := f.js.OrderedConsumer(ctx, "OBJ_"+bucket, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"$O." + bucket + ".C." + info.NUID},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read object %q: %w", info.Name, err)

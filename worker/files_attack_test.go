@@ -67,14 +67,12 @@ func runTenantJob(t *testing.T, nc *nats.Conn, tenant string, job wire.Job) []*w
 }
 
 // TestAttackTenantReadsAnotherTenantsArtifactByObjectReference: on a fleet with
-// tenants, the bucket JAZZMINE_FILES is in the fleet's account and no tenant can
-// reach it (deploy/nats/auth.conf). But the worker stores every tenant's artifacts
-// there, under executions/<tenant>.<id>/<attempt>/<path>, and reads whatever object a
-// job's file names. A tenant that knows (or guesses) another tenant's execution id
-// names that tenant's artifact as its own input file and reads it in its script: the
-// worker is a confused deputy across the tenant boundary. The worker must refuse an
-// input object a tenant's job may not read (with tenants: any object, since tenants
-// cannot put any; or names outside the tenant's own prefix).
+// tenants, the buckets are in the fleet's account, and the worker reads whatever
+// object a job's file names. A tenant that knows (or guesses) another tenant's
+// execution id names that tenant's artifact as its own input file and would read it
+// in its script: the worker a confused deputy across the tenant boundary. A tenant's
+// object names are looked up in its own bucket only: the attacker's job fails with
+// input_file, and the victim's own next job reads its artifact as an input.
 func TestAttackTenantReadsAnotherTenantsArtifactByObjectReference(t *testing.T) {
 	_, nc := testenv.NATS(t)
 	startWorker(t, nc, 1, 0, nil)
@@ -100,6 +98,12 @@ open("out/secret.txt", "w").write("TOP SECRET of the victim tenant")`})
 	}
 	if e := find(evs, wire.EventError); e == nil || e.Kind != wire.KindInputFile {
 		t.Errorf("a tenant's input object was not refused: %s", describe(evs))
+	}
+	evs = runTenantJob(t, nc, "victim", wire.Job{ExecutionID: newID("victim"),
+		Files:  []wire.File{{Path: "report.txt", Object: art.Object}},
+		Script: `emit_result(open("report.txt").read())`})
+	if res := find(evs, wire.EventFinalResult); res == nil || res.Data != "TOP SECRET of the victim tenant" {
+		t.Errorf("the victim's job naming its own artifact as an input: %s; want its content", describe(evs))
 	}
 }
 

@@ -621,6 +621,11 @@ func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
 	if err := alpha.Download(ctx, art, &got); err != nil || got.String() != secret {
 		t.Fatalf("alpha's download of its artifact: %d bytes, %v; want the %d it wrote", got.Len(), err, len(secret))
 	}
+	// Its next job reads it as an input, from its own bucket.
+	next, err := alpha.Run(ctx, wire.Job{Sandbox: "default", Files: []wire.File{art.Input("report.txt")}, Script: "emit_result(len(open('report.txt').read()))"})
+	if err != nil || !next.Success || next.FinalData != int64(len(secret)) {
+		t.Errorf("alpha's next job with its artifact as an input: %+v, %v; want its %d bytes", next, err, len(secret))
+	}
 	own := run(beta, "beta", "beta's own", 1)
 	got.Reset()
 	if err := beta.Download(ctx, own, &got); err != nil || got.String() != "beta's own" {
