@@ -202,10 +202,12 @@ const chunkWait = 30 * time.Second
 
 // downloadChunks copies object a of a tenant's bucket, in the fleet's account, to w,
 // one chunk a request to the workers on wire.SubjectFiles: all that a tenant's
-// account may ask of the fleet for its files (deploy/nats/auth.conf).
+// account may ask of the fleet for its files (deploy/nats/auth.conf). A worker that
+// says busy (the tenant's rate) is asked again, 50 ms later and up to a second.
 func (c *Client) downloadChunks(ctx context.Context, a *Artifact, w io.Writer) (int64, error) {
 	var n int64
 	req := wire.ChunkRequest{Object: a.Object}
+	busy := 50 * time.Millisecond
 	for {
 		body, err := json.Marshal(&req)
 		if err != nil {
@@ -214,6 +216,16 @@ func (c *Client) downloadChunks(ctx context.Context, a *Artifact, w io.Writer) (
 		rctx, cancel := context.WithTimeout(ctx, chunkWait)
 		m, err := c.nc.RequestWithContext(rctx, wire.SubjectFiles, body)
 		cancel()
+		if err == nil && m.Header.Get(wire.HeaderChunkError) == wire.ChunkBusy {
+			select {
+			case <-time.After(busy):
+			case <-ctx.Done():
+				return n, ctx.Err()
+			}
+			busy = min(2*busy, time.Second)
+			continue
+		}
+		busy = 50 * time.Millisecond
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
 			return n, errorf(ErrNoStream, "object %q of bucket %s: nothing answers on %s: is this a tenant's account of a jazzmine fleet? (%w)", a.Object, a.Bucket, wire.SubjectFiles, err)

@@ -45,7 +45,9 @@ const (
 	// scripts. No two live containers of a pool share a uid; two of different pools on
 	// one host (several workers) do with a chance of about n²/2^25 for n containers. The
 	// range is far above the ids of a host's users and the subordinate ids of user
-	// namespaces (/etc/subuid from 100000), and below 2^31.
+	// namespaces that /etc/subuid gives from 100000, and below 2^31; other allocators
+	// of user namespaces (systemd-nspawn's --private-users=pick, Kubernetes's) may use
+	// it, and a sandbox would then share its counters with such a container.
 	SandboxUIDBase = 1 << 30
 	SandboxUIDs    = 1 << 24
 	// EgressDir is where a sandbox's EgressVolume is mounted in its containers.
@@ -239,6 +241,11 @@ type Config struct {
 	// trip through Docker (measured: about 1.4 ms of CPU per job less, fork included
 	// either way). It exists to measure that difference.
 	ResetOnReturn bool
+	// SharedUID runs every container as SandboxUID, as before each had a uid of its
+	// own: for an engine that maps its containers' uids into a range of its own
+	// (userns-remap, rootless), where a uid from SandboxUIDBase has no mapping (see
+	// RemapsUIDs). The kernel's per-uid counters are then shared by its containers.
+	SharedUID bool
 	// HealthInterval is how often idle containers are pinged; zero means
 	// DefaultHealthInterval.
 	HealthInterval time.Duration

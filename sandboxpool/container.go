@@ -67,9 +67,12 @@ func randomHex(n int) string {
 }
 
 // takeUID returns a uid for a new container that no live container of the pool has,
-// drawn at random from [SandboxUIDBase, SandboxUIDBase+SandboxUIDs); giveUID gives
-// it back when the container is removed.
+// drawn at random from [SandboxUIDBase, SandboxUIDBase+SandboxUIDs), or SandboxUID
+// with Config.SharedUID; giveUID gives it back when the container is removed.
 func (p *Pool) takeUID() int {
+	if p.cfg.SharedUID {
+		return SandboxUID
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
@@ -78,6 +81,24 @@ func (p *Pool) takeUID() int {
 			return uid
 		}
 	}
+}
+
+// RemapsUIDs reports whether the engine maps its containers' uids into a range of its
+// own, as with userns-remap or rootless Docker: there a container's uid from
+// SandboxUIDBase has no mapping, and the pool needs Config.SharedUID.
+func RemapsUIDs(ctx context.Context, docker interface {
+	Info(context.Context, client.InfoOptions) (client.SystemInfoResult, error)
+}) (bool, error) {
+	res, err := docker.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return false, fmt.Errorf("docker info: %w", err)
+	}
+	for _, opt := range res.Info.SecurityOptions {
+		if strings.Contains(opt, "name=userns") || strings.Contains(opt, "name=rootless") {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (p *Pool) giveUID(uid int) {

@@ -38,6 +38,7 @@ type engine struct {
 	mu         sync.Mutex // guards the fields below and every fakeCtr's oom
 	ctrs       map[string]*fakeCtr
 	creates    int
+	users      []string      // the User of each create, in order
 	starts     []time.Time   // when each start began
 	removed    []string      // ids, in the order they were removed
 	removeGate chan struct{} // when set, removals wait for it to close (or their ctx)
@@ -84,6 +85,7 @@ func (e *engine) ContainerCreate(ctx context.Context, o client.ContainerCreateOp
 			e.ctrs = map[string]*fakeCtr{}
 		}
 		e.creates++
+		e.users = append(e.users, o.Config.User)
 		id := fmt.Sprintf("c%011d%052d", e.creates, 0)
 		host, inside := net.Pipe()
 		e.ctrs[id] = &fakeCtr{id: id, labels: o.Config.Labels, created: time.Now(), host: host, inside: inside}

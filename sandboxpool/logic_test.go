@@ -6,6 +6,7 @@ package sandboxpool_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/moby/moby/client"
 
 	"github.com/jazzmine/worker/harness"
 	"github.com/jazzmine/worker/sandboxpool"
@@ -447,4 +450,55 @@ func TestLogicAContainerPastItsAgeIsReplaced(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestLogicEachContainerRunsAsAUidOfItsOwn: the containers of a pool get uids of
+// their own from the sandboxes' range, with the group sandbox; with SharedUID (an
+// engine that remaps uids) every one runs as 10001. RemapsUIDs reads the engine's
+// security options.
+func TestLogicEachContainerRunsAsAUidOfItsOwn(t *testing.T) {
+	logic(t, func(t *testing.T) {
+		e := &engine{}
+		fakePool(t, e, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{fakeSandbox("s", 6, 0)}})
+		e.mu.Lock()
+		users := slices.Clone(e.users)
+		e.mu.Unlock()
+		seen := map[int]bool{}
+		for _, u := range users {
+			var uid, gid int
+			if _, err := fmt.Sscanf(u, "%d:%d", &uid, &gid); err != nil || gid != sandboxpool.SandboxUID ||
+				uid < sandboxpool.SandboxUIDBase || uid >= sandboxpool.SandboxUIDBase+sandboxpool.SandboxUIDs || seen[uid] {
+				t.Errorf("containers ran as %v; want uids of their own from the range, group %d", users, sandboxpool.SandboxUID)
+				break
+			}
+			seen[uid] = true
+		}
+		if len(users) != 6 {
+			t.Errorf("%d creates, want 6", len(users))
+		}
+	})
+	logic(t, func(t *testing.T) {
+		e := &engine{}
+		fakePool(t, e, sandboxpool.Config{SharedUID: true, Sandboxes: []sandboxpool.Sandbox{fakeSandbox("s", 2, 0)}})
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if want := fmt.Sprintf("%d:%d", sandboxpool.SandboxUID, sandboxpool.SandboxUID); len(e.users) != 2 || e.users[0] != want || e.users[1] != want {
+			t.Errorf("with SharedUID, containers ran as %v; want %s", e.users, want)
+		}
+	})
+	for opts, want := range map[string]bool{"name=seccomp,profile=builtin": false, "name=seccomp,profile=builtin name=userns": true, "name=rootless": true} {
+		got, err := sandboxpool.RemapsUIDs(context.Background(), infoEngine(strings.Fields(opts)))
+		if err != nil || got != want {
+			t.Errorf("RemapsUIDs with %q: %v, %v; want %v", opts, got, err, want)
+		}
+	}
+}
+
+// infoEngine answers docker info with these security options.
+type infoEngine []string
+
+func (o infoEngine) Info(context.Context, client.InfoOptions) (client.SystemInfoResult, error) {
+	var res client.SystemInfoResult
+	res.Info.SecurityOptions = o
+	return res, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
 
 	"github.com/jazzmine/worker/harness"
 	"github.com/jazzmine/worker/wire"
@@ -33,6 +34,7 @@ type files struct {
 
 	mu      sync.Mutex
 	tenants map[string]*tenantBucket // the tenants' buckets this worker has made or is making
+	rates   map[string]*rate.Limiter // each tenant's chunk requests (tenantfiles.go)
 }
 
 // errInputFile is the failure of a job whose input files cannot be given to it: an

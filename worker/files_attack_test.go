@@ -393,8 +393,12 @@ open("out/a.txt", "w").write("x" * (1 << 20))`
 // TestATenantsChunkRequestsReadOnlyItsOwnObjects: a tenant's agents read their
 // artifacts from the workers, one chunk a request on jazzmine.files.<tenant> (its
 // jazzmine.files). The chunks of one object follow each other to its size, an empty
-// object has none, and a request that is not JSON, names another tenant's object or
-// asks past the end gets an error and no bytes.
+// object has none, and a request that is not JSON, names another tenant's object, asks
+// past the end or names an object of 3,500 bytes gets an error and no bytes. The last
+// made the worker's lookup a line longer than the server takes, which closed its
+// connection for good (a review's attack); the worker answers the next request. A
+// flood of requests is answered busy beyond the tenant's rate, and another tenant's
+// request meanwhile is served.
 func TestATenantsChunkRequestsReadOnlyItsOwnObjects(t *testing.T) {
 	_, nc := testenv.NATS(t)
 	startWorker(t, nc, 1, 0, nil)
@@ -420,7 +424,7 @@ open("out/empty", "wb").close()`})
 		}
 		m, err := nc.Request(wire.SubjectFiles+"."+tenant, b, 10*time.Second)
 		if err != nil {
-			t.Fatalf("chunk request %s: %v", b, err)
+			t.Fatalf("chunk request %.80s: %v", b, err)
 		}
 		if ct := m.Header.Get(wire.HeaderContentType); ct != wire.ContentTypeBytes {
 			t.Errorf("an answer's Content-Type is %q, want %q (never an event's)", ct, wire.ContentTypeBytes)
@@ -454,9 +458,48 @@ open("out/empty", "wb").close()`})
 		"not JSON":              ask("t1", []byte("give me everything")),
 		"another tenant's":      ask("t2", wire.ChunkRequest{Object: objects["out/a.bin"].Object}),
 		"past the object's end": ask("t1", wire.ChunkRequest{Object: objects["out/a.bin"].Object, From: req.From + 1_000_000}),
+		"of a 3,500-byte name":  ask("t1", wire.ChunkRequest{Object: strings.Repeat("A", 3500)}),
 	} {
 		if len(m.Data) != 0 || m.Header.Get(wire.HeaderChunkError) == "" {
 			t.Errorf("a request %s: %d bytes, error %q; want an error and no bytes", name, len(m.Data), m.Header.Get(wire.HeaderChunkError))
 		}
+	}
+	if m := ask("t1", wire.ChunkRequest{Object: objects["out/a.bin"].Object}); len(m.Data) == 0 {
+		t.Errorf("a request after the others: %q; want a chunk", m.Header.Get(wire.HeaderChunkError))
+	}
+
+	// A flood, its answers to an inbox of its own.
+	answers := make(chan *nats.Msg, 4096)
+	inbox := nats.NewInbox()
+	sub, err := nc.ChanSubscribe(inbox, answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	flood, _ := json.Marshal(wire.ChunkRequest{Object: objects["out/a.bin"].Object})
+	for range 2000 {
+		if err := nc.PublishRequest(wire.SubjectFiles+".t1", inbox, flood); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := ask("t2", wire.ChunkRequest{Object: "executions/none"}); m.Header.Get(wire.HeaderChunkError) == wire.ChunkBusy {
+		t.Error("another tenant's request during the flood was answered busy")
+	}
+	busy, chunks := 0, 0
+	for deadline := time.After(30 * time.Second); busy+chunks < 2000; {
+		select {
+		case m := <-answers:
+			if m.Header.Get(wire.HeaderChunkError) == wire.ChunkBusy {
+				busy++
+			} else if len(m.Data) > 0 {
+				chunks++
+			}
+		case <-deadline:
+			t.Fatalf("%d busy and %d chunks of the flood's 2,000 answered", busy, chunks)
+		}
+	}
+	t.Logf("a flood of 2,000 requests: %d chunks, %d busy", chunks, busy)
+	if busy == 0 {
+		t.Error("a flood of 2,000 chunk requests was served in full; want the excess over the tenant's rate answered busy")
 	}
 }

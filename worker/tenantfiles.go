@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
 
 	"github.com/jazzmine/worker/wire"
 )
@@ -29,6 +30,13 @@ import (
 const (
 	filesAll   = wire.SubjectFiles + ".*"
 	groupFiles = "jazzmine-files"
+	// chunkRate and chunkBurst bound the chunk requests a worker serves a tenant: 512
+	// a second (64 MiB/s of 128 KiB chunks), 128 at once. A request costs the tenant
+	// ~100 bytes and the fleet a chunk's read and send, to a reply subject nobody may
+	// listen to: a review's flood moved 200 MB/s through one worker on 126 KB/s of
+	// requests. Beyond the rate a request is answered at once, busy, with no read.
+	chunkRate  = 512
+	chunkBurst = 128
 )
 
 // tenantBucket is a tenant's bucket as this worker knows it: made once (ready closed),
@@ -46,7 +54,7 @@ func (f *files) bucket(ctx context.Context, tenant string) (jetstream.ObjectStor
 	if tenant == "" {
 		return f.store, nil
 	}
-	b, err := f.tenantBucket(ctx, tenant)
+	b, err := f.tenantBucket(ctx, tenant, true)
 	if err != nil {
 		return nil, err
 	}
@@ -54,12 +62,17 @@ func (f *files) bucket(ctx context.Context, tenant string) (jetstream.ObjectStor
 }
 
 // tenantBucket returns tenant's bucket, created or updated to the configured bound by
-// this worker's first use of it. One caller makes it; others wait for it, and the
+// this worker's first store in it. One caller makes it; others wait for it, and the
 // buckets of other tenants wait for nothing. A failed making is forgotten: the next
-// use tries again.
-func (f *files) tenantBucket(ctx context.Context, tenant string) (*tenantBucket, error) {
+// use tries again. Without create (a read), a bucket this worker has not made is
+// looked up, not made, nor kept: reads name no bucket into being.
+func (f *files) tenantBucket(ctx context.Context, tenant string, create bool) (*tenantBucket, error) {
 	f.mu.Lock()
 	b, ok := f.tenants[tenant]
+	if !ok && !create {
+		f.mu.Unlock()
+		return f.lookUp(ctx, tenant)
+	}
 	if !ok {
 		b = &tenantBucket{ready: make(chan struct{})}
 		if f.tenants == nil {
@@ -87,6 +100,20 @@ func (f *files) tenantBucket(ctx context.Context, tenant string) (*tenantBucket,
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// lookUp returns tenant's bucket as it is, if it is there.
+func (f *files) lookUp(ctx context.Context, tenant string) (*tenantBucket, error) {
+	name := wire.TenantFilesBucket(tenant)
+	store, err := f.js.ObjectStore(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("object store %s: %w", name, err)
+	}
+	stream, err := f.js.Stream(ctx, "OBJ_"+name)
+	if err != nil {
+		return nil, fmt.Errorf("object store %s: %w", name, err)
+	}
+	return &tenantBucket{store: store, stream: stream}, nil
 }
 
 // forget drops b, tenant's bucket, if it is still the one this worker knows.
@@ -148,22 +175,52 @@ func storeFull(err error) bool {
 }
 
 // see is the handler of filesAll: a tenant's chunk request is served in the
-// background, as the tenant's work; its excess is dropped there, unanswered.
+// background, as the tenant's work, within the tenant's rate (chunkRate); beyond it
+// the answer is busy, and beyond the tenant's background queue there is none.
 func (f *files) see(m *nats.Msg) {
 	tenant, err := wire.ParseFilesSubject(m.Subject)
 	if err != nil || m.Reply == "" {
 		f.log.Debug("ignored a chunk request", "subject", m.Subject, "err", err)
 		return
 	}
-	f.bg.run(tenant, m, func(ctx context.Context) {
+	answer := func(data []byte, problem string) {
 		reply := nats.NewMsg(m.Reply)
 		reply.Header.Set(wire.HeaderContentType, wire.ContentTypeBytes)
-		if err := f.chunk(ctx, tenant, m.Data, reply); err != nil {
-			reply.Data = nil
-			reply.Header.Set(wire.HeaderChunkError, err.Error())
+		if problem != "" {
+			data = nil
+			reply.Header.Set(wire.HeaderChunkError, problem)
 		}
+		reply.Data = data
+		_ = m.RespondMsg(reply)
+	}
+	if !f.limiter(tenant).Allow() {
+		answer(nil, wire.ChunkBusy)
+		return
+	}
+	f.bg.run(tenant, m, func(ctx context.Context) {
+		reply := nats.NewMsg(m.Reply)
+		if err := f.chunk(ctx, tenant, m.Data, reply); err != nil {
+			answer(nil, err.Error())
+			return
+		}
+		reply.Header.Set(wire.HeaderContentType, wire.ContentTypeBytes)
 		_ = m.RespondMsg(reply)
 	})
+}
+
+// limiter returns tenant's rate of chunk requests on this worker.
+func (f *files) limiter(tenant string) *rate.Limiter {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.rates[tenant]
+	if !ok {
+		if f.rates == nil {
+			f.rates = map[string]*rate.Limiter{}
+		}
+		l = rate.NewLimiter(chunkRate, chunkBurst)
+		f.rates[tenant] = l
+	}
+	return l
 }
 
 // chunk fills reply with the chunk that req, a wire.ChunkRequest, asks of tenant's
@@ -173,8 +230,16 @@ func (f *files) chunk(ctx context.Context, tenant string, req []byte, reply *nat
 	if err := json.Unmarshal(req, &r); err != nil || r.Object == "" {
 		return fmt.Errorf(`a chunk request is {"object": name, "from": sequence} in JSON, got %.80q`, req)
 	}
-	b, err := f.tenantBucket(ctx, tenant)
-	if err != nil {
+	// The name goes into a subject of the lookup (base64, a third longer): unbounded,
+	// it made a line longer than the server's max_control_line, which closes the
+	// worker's connection for good (a review's finding).
+	if len(r.Object) > wire.MaxObjectNameLength {
+		return fmt.Errorf("object name of %d bytes: at most %d", len(r.Object), wire.MaxObjectNameLength)
+	}
+	b, err := f.tenantBucket(ctx, tenant, false)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("object %q: %w", r.Object, jetstream.ErrObjectNotFound)
+	} else if err != nil {
 		return errors.New("the tenant's bucket is not available")
 	}
 	info, err := b.store.GetInfo(ctx, r.Object)

@@ -124,7 +124,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return err
 	}
 
-	nc, shutdownNATS, err := connectNATS(ctx, getenv("NATS_URL"), f.natsOpts, f.listen, f.storeDir, log)
+	// A connection the client closed for good (the server refused a protocol line of
+	// ours, a reconnect cannot help) ends the worker: its containers are removed and it
+	// exits non-zero for its supervisor to start it again, where it went on holding
+	// them, serving nothing.
+	ctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	nc, shutdownNATS, err := connectNATS(ctx, getenv("NATS_URL"), f.natsOpts, f.listen, f.storeDir, log, func(c *nats.Conn) {
+		lost(fmt.Errorf("the NATS connection closed for good: %v", c.LastError()))
+	})
 	if err != nil {
 		return err
 	}
@@ -136,7 +144,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return nil
 	})
 	m := member{id: f.workerID, nc: nc, docker: docker, builder: builder, cfg: cfg, images: images, settings: settings, log: log.With("worker_id", f.workerID)}
-	return m.run(ctx, warm)
+	err = m.run(ctx, warm)
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		log.Error("stopped", "err", cause)
+		return errors.Join(cause, err)
+	}
+	return err
 }
 
 // buildImages makes sure every sandbox's image is built, traced and counted.
@@ -196,6 +209,11 @@ func (m *member) run(ctx context.Context, warm chan struct{}) error {
 	}
 	if err := setUpEgress(ctx, m.docker, m.builder, m.cfg, poolCfg.Sandboxes, m.log); err != nil {
 		return err
+	}
+	if poolCfg.SharedUID, err = sandboxpool.RemapsUIDs(ctx, m.docker); err != nil {
+		return err
+	} else if poolCfg.SharedUID {
+		m.log.Warn("the engine remaps containers' uids (userns-remap or rootless): every sandbox container runs as uid 10001, and shares the kernel's per-uid counters with the others")
 	}
 	pool, err := sandboxpool.New(poolCfg)
 	if err != nil {
@@ -271,11 +289,13 @@ func closePool(pool *sandboxpool.Pool, log *slog.Logger) {
 }
 
 // connectNATS connects to url with the options auth (credentials, TLS), or, when url
-// is empty, starts the embedded server and connects to it without them.
-func connectNATS(ctx context.Context, url string, auth []nats.Option, listen, storeDir string, log *slog.Logger) (*nats.Conn, func(), error) {
+// is empty, starts the embedded server and connects to it without them; closed is
+// called when the connection is closed, by its drain at the end or for good.
+func connectNATS(ctx context.Context, url string, auth []nats.Option, listen, storeDir string, log *slog.Logger, closed nats.ConnHandler) (*nats.Conn, func(), error) {
 	opts := []nats.Option{
 		nats.Name("jazzmine-worker"),
 		nats.MaxReconnects(-1),
+		nats.ClosedHandler(closed),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("NATS disconnected", "err", err)

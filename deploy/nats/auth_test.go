@@ -643,6 +643,11 @@ func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
 		b, _ := json.Marshal(wire.ChunkRequest{Object: object})
 		return b
 	}
+	// A name whose lookup is a line longer than the server takes closed the worker's
+	// connection for good (a review's attack): refused, and the worker stays.
+	if m, err := bnc.Request(wire.SubjectFiles, req(strings.Repeat("A", 3500)), 10*time.Second); err != nil || m.Header.Get(wire.HeaderChunkError) == "" {
+		t.Errorf("beta's chunk request with a 3,500-byte name: %v; want an error", err)
+	}
 	if m, err := bnc.Request(wire.SubjectFiles, req(art.Object), 10*time.Second); err != nil || len(m.Data) != 0 || m.Header.Get(wire.HeaderChunkError) == "" {
 		t.Errorf("BROKEN: beta's chunk request for alpha's object: %v; want an error, no bytes", err)
 	} else {
