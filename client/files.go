@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -196,36 +197,23 @@ func (c *Client) download(ctx context.Context, a *Artifact, w io.Writer) (int64,
 	return n, nil
 }
 
-// chunkWait bounds the wait for one chunk: a request the workers dropped (the tenant's
-// share of their background work was full) is never answered.
-const chunkWait = 30 * time.Second
+// chunkWait bounds the wait for one answer to a chunk request: past the imports'
+// response_threshold (10 s, deploy/nats/auth.conf) none can come. chunkBudget bounds
+// the time one chunk may take in all, asked again while the workers say busy (after
+// 50 ms, doubling to a second, with jitter) or do not answer.
+const (
+	chunkWait   = 10 * time.Second
+	chunkBudget = 2 * time.Minute
+)
 
 // downloadChunks copies object a of a tenant's bucket, in the fleet's account, to w,
 // one chunk a request to the workers on wire.SubjectFiles: all that a tenant's
-// account may ask of the fleet for its files (deploy/nats/auth.conf). A worker that
-// says busy (the tenant's rate) is asked again, 50 ms later and up to a second.
+// account may ask of the fleet for its files (deploy/nats/auth.conf).
 func (c *Client) downloadChunks(ctx context.Context, a *Artifact, w io.Writer) (int64, error) {
 	var n int64
 	req := wire.ChunkRequest{Object: a.Object}
-	busy := 50 * time.Millisecond
 	for {
-		body, err := json.Marshal(&req)
-		if err != nil {
-			return n, err
-		}
-		rctx, cancel := context.WithTimeout(ctx, chunkWait)
-		m, err := c.nc.RequestWithContext(rctx, wire.SubjectFiles, body)
-		cancel()
-		if err == nil && m.Header.Get(wire.HeaderChunkError) == wire.ChunkBusy {
-			select {
-			case <-time.After(busy):
-			case <-ctx.Done():
-				return n, ctx.Err()
-			}
-			busy = min(2*busy, time.Second)
-			continue
-		}
-		busy = 50 * time.Millisecond
+		m, err := c.chunk(ctx, &req)
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
 			return n, errorf(ErrNoStream, "object %q of bucket %s: nothing answers on %s: is this a tenant's account of a jazzmine fleet? (%w)", a.Object, a.Bucket, wire.SubjectFiles, err)
@@ -250,6 +238,38 @@ func (c *Client) downloadChunks(ctx context.Context, a *Artifact, w io.Writer) (
 			return n, fmt.Errorf("read object %q: no progress after %d of its %d bytes", a.Object, n, size)
 		}
 		req.From = next
+	}
+}
+
+// chunk asks the workers for the chunk req names, again while they say busy or do not
+// answer, within chunkBudget.
+func (c *Client) chunk(ctx context.Context, req *wire.ChunkRequest) (*nats.Msg, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	pause, until := 50*time.Millisecond, time.Now().Add(chunkBudget)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, chunkWait)
+		m, err := c.nc.RequestWithContext(rctx, wire.SubjectFiles, body)
+		cancel()
+		again := err == nil && m.Header.Get(wire.HeaderChunkError) == wire.ChunkBusy ||
+			errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+		if !again {
+			return m, err
+		}
+		if time.Now().After(until) {
+			if err == nil {
+				err = errors.New(wire.ChunkBusy)
+			}
+			return nil, fmt.Errorf("the workers answered no chunk within %v: %w", chunkBudget, err)
+		}
+		select {
+		case <-time.After(pause/2 + mrand.N(pause/2)):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		pause = min(2*pause, time.Second)
 	}
 }
 

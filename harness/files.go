@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/jazzmine/worker/wire"
 )
 
 // InputFile is a file the harness writes into the workspace before the script runs.
@@ -139,6 +141,11 @@ func (r *run) openBlob(ctx context.Context, ev *Event) error {
 	}
 	if !ev.IsFile() {
 		return nil
+	}
+	// The host makes an object name of the path: the harness sends only clean
+	// workspace paths of at most 1,024 bytes, and anything else is its misbehaving.
+	if err := wire.ValidatePath(ev.Type+" path", ev.Path); err != nil {
+		return fmt.Errorf("%w: %v", ErrProtocol, err)
 	}
 	r.artifacts++
 	r.artifactBytes += ev.Size

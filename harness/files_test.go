@@ -95,6 +95,19 @@ func TestExecutorRetiresAHarnessThatBreaksTheBlobProtocol(t *testing.T) {
 		{"a negative size", func(n string) []string {
 			return []string{`{"type":"artifact","execution_id":"x","path":"out/a","size":-1}`}
 		}, Request{}},
+		// A path the host would make an object name of: one the harness never sends
+		// (it caps them at 1,024 bytes), and which, in the name of the object's
+		// description, made a protocol line the server refuses, closing the worker's
+		// connection for good.
+		{"an artifact path of 3,500 bytes", func(n string) []string {
+			return []string{`{"type":"artifact","execution_id":"x","path":"out/` + strings.Repeat("a", 3500) + `","size":0}`}
+		}, Request{}},
+		{"an artifact path out of the workspace", func(n string) []string {
+			return []string{`{"type":"artifact","execution_id":"x","path":"../etc/passwd","size":0}`}
+		}, Request{}},
+		{"a display image's path out of the workspace", func(n string) []string {
+			return []string{`{"type":"display","execution_id":"x","path":"/display/1.png","size":0,"content_type":"image/png","data":{"text/plain":"x"}}`}
+		}, Request{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t, 0)

@@ -35,6 +35,7 @@ type files struct {
 	mu      sync.Mutex
 	tenants map[string]*tenantBucket // the tenants' buckets this worker has made or is making
 	rates   map[string]*rate.Limiter // each tenant's chunk requests (tenantfiles.go)
+	looked  map[string]*tenantBucket // the tenants' buckets this worker has read, not made
 }
 
 // errInputFile is the failure of a job whose input files cannot be given to it: an

@@ -20,7 +20,8 @@ import (
 // its own. Its account reaches nothing of the fleet's JetStream; its agents read their
 // objects from the workers, one chunk a request on wire.SubjectFiles, which arrives as
 // jazzmine.files.<tenant> (deploy/nats/auth.conf), served within the tenant's share of
-// the background work: a request costs the fleet one chunk's read, whatever it asks.
+// the background work, at most chunkRate a second: a request costs the fleet a direct
+// get of the object's description and one of a chunk, whatever it asks.
 // Not the JetStream API under an import: a direct get with a batch reads the whole
 // bucket into the server's memory for one request (a review's finding, 0.9 to 5.8 GiB
 // of heap from 32 requests), and a consumer's deliver subject would make the fleet's
@@ -70,6 +71,10 @@ func (f *files) tenantBucket(ctx context.Context, tenant string, create bool) (*
 	f.mu.Lock()
 	b, ok := f.tenants[tenant]
 	if !ok && !create {
+		if b, ok = f.looked[tenant]; ok {
+			f.mu.Unlock()
+			return b, nil
+		}
 		f.mu.Unlock()
 		return f.lookUp(ctx, tenant)
 	}
@@ -102,7 +107,8 @@ func (f *files) tenantBucket(ctx context.Context, tenant string, create bool) (*
 	}
 }
 
-// lookUp returns tenant's bucket as it is, if it is there.
+// lookUp returns tenant's bucket as it is, if it is there, and keeps it for the reads
+// that follow (two API requests a chunk else); a read that fails forgets it.
 func (f *files) lookUp(ctx context.Context, tenant string) (*tenantBucket, error) {
 	name := wire.TenantFilesBucket(tenant)
 	store, err := f.js.ObjectStore(ctx, name)
@@ -113,7 +119,15 @@ func (f *files) lookUp(ctx context.Context, tenant string) (*tenantBucket, error
 	if err != nil {
 		return nil, fmt.Errorf("object store %s: %w", name, err)
 	}
-	return &tenantBucket{store: store, stream: stream}, nil
+	b := &tenantBucket{ready: make(chan struct{}), store: store, stream: stream}
+	close(b.ready)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.looked == nil {
+		f.looked = map[string]*tenantBucket{}
+	}
+	f.looked[tenant] = b
+	return b, nil
 }
 
 // forget drops b, tenant's bucket, if it is still the one this worker knows.
@@ -174,38 +188,30 @@ func storeFull(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == codeStreamStoreFailed
 }
 
+// busyHeader is the header of every busy answer, made once: a flood of requests past
+// a tenant's rate costs an answer each, and no more.
+var busyHeader = nats.Header{wire.HeaderContentType: {wire.ContentTypeBytes}, wire.HeaderChunkError: {wire.ChunkBusy}}
+
 // see is the handler of filesAll: a tenant's chunk request is served in the
-// background, as the tenant's work, within the tenant's rate (chunkRate); beyond it
-// the answer is busy, and beyond the tenant's background queue there is none.
+// background, as the tenant's work, within the tenant's rate (chunkRate); beyond it,
+// or beyond the tenant's background queue, the answer is busy.
 func (f *files) see(m *nats.Msg) {
 	tenant, err := wire.ParseFilesSubject(m.Subject)
 	if err != nil || m.Reply == "" {
 		f.log.Debug("ignored a chunk request", "subject", m.Subject, "err", err)
 		return
 	}
-	answer := func(data []byte, problem string) {
-		reply := nats.NewMsg(m.Reply)
-		reply.Header.Set(wire.HeaderContentType, wire.ContentTypeBytes)
-		if problem != "" {
-			data = nil
-			reply.Header.Set(wire.HeaderChunkError, problem)
+	if f.limiter(tenant).Allow() && f.bg.run(tenant, m, func(ctx context.Context) {
+		reply := &nats.Msg{Header: nats.Header{wire.HeaderContentType: {wire.ContentTypeBytes}}}
+		if err := f.chunk(ctx, tenant, m.Data, reply); err != nil {
+			reply.Data = nil
+			reply.Header.Set(wire.HeaderChunkError, err.Error())
 		}
-		reply.Data = data
 		_ = m.RespondMsg(reply)
-	}
-	if !f.limiter(tenant).Allow() {
-		answer(nil, wire.ChunkBusy)
+	}) {
 		return
 	}
-	f.bg.run(tenant, m, func(ctx context.Context) {
-		reply := nats.NewMsg(m.Reply)
-		if err := f.chunk(ctx, tenant, m.Data, reply); err != nil {
-			answer(nil, err.Error())
-			return
-		}
-		reply.Header.Set(wire.HeaderContentType, wire.ContentTypeBytes)
-		_ = m.RespondMsg(reply)
-	})
+	_ = m.RespondMsg(&nats.Msg{Header: busyHeader})
 }
 
 // limiter returns tenant's rate of chunk requests on this worker.
@@ -244,6 +250,13 @@ func (f *files) chunk(ctx context.Context, tenant string, req []byte, reply *nat
 	}
 	info, err := b.store.GetInfo(ctx, r.Object)
 	if err != nil {
+		if !errors.Is(err, jetstream.ErrObjectNotFound) {
+			f.mu.Lock()
+			if f.looked[tenant] == b {
+				delete(f.looked, tenant)
+			}
+			f.mu.Unlock()
+		}
 		return fmt.Errorf("object %q: %w", r.Object, err)
 	}
 	reply.Header.Set(wire.HeaderObjectSize, strconv.FormatUint(info.Size, 10))

@@ -212,8 +212,9 @@ func (m *member) run(ctx context.Context, warm chan struct{}) error {
 	}
 	if poolCfg.SharedUID, err = sandboxpool.RemapsUIDs(ctx, m.docker); err != nil {
 		return err
-	} else if poolCfg.SharedUID {
-		m.log.Warn("the engine remaps containers' uids (userns-remap or rootless): every sandbox container runs as uid 10001, and shares the kernel's per-uid counters with the others")
+	} else if poolCfg.SharedUID || m.settings.SharedUID {
+		poolCfg.SharedUID = true
+		m.log.Warn("every sandbox container runs as uid 10001, and shares the kernel's per-uid counters with the others: the engine remaps containers' uids (userns-remap, rootless), or worker.shared_uid is set")
 	}
 	pool, err := sandboxpool.New(poolCfg)
 	if err != nil {

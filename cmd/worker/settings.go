@@ -38,6 +38,9 @@ import (
 //	  sandbox_sessions: {}      # per sandbox: sessions this worker holds at once (default 4)
 //	  session_idle_ttl: 10m     # a session idle this long ends
 //	  session_max_life: 1h      # a session this old ends
+//	  shared_uid: false         # every sandbox container as uid 10001: for a Docker daemon in a
+//	                            # user namespace of its own (LXC, Sysbox), where a uid from 2^30
+//	                            # has no mapping (userns-remap and rootless are seen by themselves)
 type Settings struct {
 	Replicas        int            `yaml:"replicas"`
 	AckWait         time.Duration  `yaml:"ack_wait"`
@@ -60,6 +63,7 @@ type Settings struct {
 	MaxAckPending   map[string]int `yaml:"max_ack_pending"`
 	MaxSessions     int            `yaml:"max_sessions"`
 	SandboxSessions map[string]int `yaml:"sandbox_sessions"`
+	SharedUID       bool           `yaml:"shared_uid"`
 	SessionIdleTTL  time.Duration  `yaml:"session_idle_ttl"`
 	SessionMaxLife  time.Duration  `yaml:"session_max_life"`
 }
