@@ -197,13 +197,14 @@ func (c *Client) download(ctx context.Context, a *Artifact, w io.Writer) (int64,
 	return n, nil
 }
 
-// chunkWait bounds the wait for one answer to a chunk request: past the imports'
-// response_threshold (10 s, deploy/nats/auth.conf) none can come. chunkBudget bounds
-// the time one chunk may take in all, asked again while the workers say busy (after
-// 50 ms, doubling to a second, with jitter) or do not answer.
+// askWait bounds the wait for one answer to a tenant's request to the workers (a
+// chunk, the catalog): past the imports' response_threshold (10 s,
+// deploy/nats/auth.conf) none can come. askBudget bounds the time one request may
+// take in all, asked again while the workers say busy (after 50 ms, doubling to a
+// second, with jitter) or do not answer.
 const (
-	chunkWait   = 10 * time.Second
-	chunkBudget = 2 * time.Minute
+	askWait   = 10 * time.Second
+	askBudget = 2 * time.Minute
 )
 
 // downloadChunks copies object a of a tenant's bucket, in the fleet's account, to w,
@@ -219,8 +220,8 @@ func (c *Client) downloadChunks(ctx context.Context, a *Artifact, w io.Writer) (
 			return n, errorf(ErrNoStream, "object %q of bucket %s: nothing answers on %s: is this a tenant's account of a jazzmine fleet? (%w)", a.Object, a.Bucket, wire.SubjectFiles, err)
 		case err != nil:
 			return n, fmt.Errorf("read object %q of bucket %s: %w", a.Object, a.Bucket, err)
-		case m.Header.Get(wire.HeaderChunkError) != "":
-			return n, fmt.Errorf("read object %q of bucket %s: %s", a.Object, a.Bucket, m.Header.Get(wire.HeaderChunkError))
+		case m.Header.Get(wire.HeaderError) != "":
+			return n, fmt.Errorf("read object %q of bucket %s: %s", a.Object, a.Bucket, m.Header.Get(wire.HeaderError))
 		}
 		size, err := strconv.ParseInt(m.Header.Get(wire.HeaderObjectSize), 10, 64)
 		if err != nil || n+int64(len(m.Data)) > size {
@@ -241,28 +242,33 @@ func (c *Client) downloadChunks(ctx context.Context, a *Artifact, w io.Writer) (
 	}
 }
 
-// chunk asks the workers for the chunk req names, again while they say busy or do not
-// answer, within chunkBudget.
+// chunk asks the workers for the chunk req names.
 func (c *Client) chunk(ctx context.Context, req *wire.ChunkRequest) (*nats.Msg, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	pause, until := 50*time.Millisecond, time.Now().Add(chunkBudget)
+	return c.ask(ctx, wire.SubjectFiles, body)
+}
+
+// ask sends a tenant's request to the workers on subject, again while they say busy
+// or do not answer, within askBudget.
+func (c *Client) ask(ctx context.Context, subject string, body []byte) (*nats.Msg, error) {
+	pause, until := 50*time.Millisecond, time.Now().Add(askBudget)
 	for {
-		rctx, cancel := context.WithTimeout(ctx, chunkWait)
-		m, err := c.nc.RequestWithContext(rctx, wire.SubjectFiles, body)
+		rctx, cancel := context.WithTimeout(ctx, askWait)
+		m, err := c.nc.RequestWithContext(rctx, subject, body)
 		cancel()
-		again := err == nil && m.Header.Get(wire.HeaderChunkError) == wire.ChunkBusy ||
+		again := err == nil && m.Header.Get(wire.HeaderError) == wire.Busy ||
 			errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
 		if !again {
 			return m, err
 		}
 		if time.Now().After(until) {
 			if err == nil {
-				err = errors.New(wire.ChunkBusy)
+				err = errors.New(wire.Busy)
 			}
-			return nil, fmt.Errorf("the workers answered no chunk within %v: %w", chunkBudget, err)
+			return nil, fmt.Errorf("the workers answered nothing on %s within %v: %w", subject, askBudget, err)
 		}
 		select {
 		case <-time.After(pause/2 + mrand.N(pause/2)):

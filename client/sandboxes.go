@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/wire"
@@ -22,9 +23,14 @@ type SandboxInfo = wire.SandboxInfo
 // up is not listed yet; one no worker serves any more leaves it within an hour. An
 // entry that cannot be decoded is logged and left out.
 //
-// The error wraps [ErrNoStream] when no worker has created the bucket. On a fleet
-// with tenant accounts the bucket is in the fleet's account, out of an agent's reach.
+// On a fleet with tenant accounts the bucket is in the fleet's account, out of an
+// agent's reach: the workers answer its request on [wire.SubjectSandboxes], which the
+// client makes first (in the fleet's own account nothing answers it, at once). The
+// error wraps [ErrNoStream] when neither a worker nor the bucket is there.
 func (c *Client) Sandboxes(ctx context.Context) ([]SandboxInfo, error) {
+	if out, err := c.askSandboxes(ctx); !errors.Is(err, nats.ErrNoResponders) {
+		return out, err
+	}
 	kv, err := c.js.KeyValue(ctx, wire.SandboxesBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, errorf(ErrNoStream, "key-value bucket %s not found: is a jazzmine worker running against this NATS server? (%w)", wire.SandboxesBucket, err)
@@ -55,6 +61,23 @@ func (c *Client) Sandboxes(ctx context.Context) ([]SandboxInfo, error) {
 			continue
 		}
 		out = append(out, info)
+	}
+	return out, nil
+}
+
+// askSandboxes asks the workers for the catalog, as an agent of a tenant does, again
+// while they say busy, within askBudget.
+func (c *Client) askSandboxes(ctx context.Context) ([]SandboxInfo, error) {
+	m, err := c.ask(ctx, wire.SubjectSandboxes, nil)
+	if err != nil {
+		return nil, err
+	}
+	if e := m.Header.Get(wire.HeaderError); e != "" {
+		return nil, errors.New(e)
+	}
+	var out []SandboxInfo
+	if err := json.Unmarshal(m.Data, &out); err != nil {
+		return nil, fmt.Errorf("the workers' sandbox catalog: %w", err)
 	}
 	return out, nil
 }

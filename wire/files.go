@@ -27,16 +27,14 @@ func TenantFilesBucket(tenant string) string { return FilesBucket + "_" + tenant
 // answers with the bytes of one chunk of the object in the tenant's
 // [TenantFilesBucket]: Content-Type ContentTypeBytes (never an event's), the
 // object's size in HeaderObjectSize and where the next chunk is in
-// HeaderNextChunk; or, with no bytes, HeaderChunkError. Requests are served
+// HeaderNextChunk; or, with no bytes, [HeaderError]. Requests are served
 // within the tenant's share of the workers' background work, at most 512 a
-// second of a tenant on each worker; beyond that the error is ChunkBusy.
+// second of a tenant on each worker; beyond that the error is [Busy].
 const (
 	SubjectFiles     = "jazzmine.files"
 	ContentTypeBytes = "application/octet-stream"
 	HeaderObjectSize = "Jazzmine-Object-Size"
 	HeaderNextChunk  = "Jazzmine-Next-Chunk"
-	HeaderChunkError = "Jazzmine-Chunk-Error"
-	ChunkBusy        = "busy: too many chunk requests of this tenant; ask again later"
 )
 
 // ChunkRequest asks for the first chunk of Object stored at or after From, a

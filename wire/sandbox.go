@@ -9,6 +9,28 @@ import "time"
 // (an hour), so that the entry of a sandbox no worker serves any more expires.
 const SandboxesBucket = "jazzmine_sandboxes"
 
+// SubjectSandboxes is where an agent of a tenant asks for the catalog, whose
+// bucket its account does not reach: jazzmine.sandboxes.<tenant> in the
+// fleet's account. A worker answers with the catalog's entries, a JSON array
+// of [SandboxInfo] sorted by name (Content-Type [ContentTypeJSON]), or, with
+// no body, [HeaderError]; beyond the tenant's rate the error is [Busy].
+const SubjectSandboxes = "jazzmine.sandboxes"
+
+// HeaderError carries why a worker could not answer a tenant's request, and
+// Busy is its value for a request beyond the tenant's rate: ask again later.
+const (
+	HeaderError = "Jazzmine-Error"
+	Busy        = "busy: too many requests of this tenant; ask again later"
+)
+
+// ParseSandboxesSubject returns the tenant of a catalog request's subject as
+// the fleet's account sees it, jazzmine.sandboxes.<tenant>. Errors wrap
+// [ErrInvalidSubject].
+func ParseSandboxesSubject(subject string) (tenant string, err error) {
+	tenant, _, err = tokens(subject, SubjectSandboxes, "tenant")
+	return tenant, err
+}
+
 // SandboxInfo is a sandbox as the catalog describes it to agents: what a
 // script may call there and under which limits. The fields are JSON snake_case.
 type SandboxInfo struct {

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/time/rate"
+
+	"github.com/jazzmine/worker/wire"
 )
 
 // Background work: what a worker does for a message of one of its subscriptions
@@ -167,4 +170,51 @@ func (b *background) close() {
 	}
 	b.mu.Unlock()
 	b.wg.Wait()
+}
+
+// tenantRates is a rate of requests for each tenant, made at its first request. The
+// tenant tokens come from the subjects the server writes for the tenants' imports, so
+// there are as many rates as tenants.
+type tenantRates struct {
+	limit rate.Limit
+	burst int
+
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+}
+
+func newTenantRates(perSecond float64, burst int) *tenantRates {
+	return &tenantRates{limit: rate.Limit(perSecond), burst: burst, m: map[string]*rate.Limiter{}}
+}
+
+// allow reports whether tenant may have one more request now.
+func (r *tenantRates) allow(tenant string) bool {
+	r.mu.Lock()
+	l, ok := r.m[tenant]
+	if !ok {
+		l = rate.NewLimiter(r.limit, r.burst)
+		r.m[tenant] = l
+	}
+	r.mu.Unlock()
+	return l.Allow()
+}
+
+// busyHeader is the header of every busy answer to a tenant's request, made once: a
+// flood of requests past a tenant's rate costs an answer each, and no more. Its
+// content type is no event's: aimed at an events subject, it is not taken for one.
+var busyHeader = nats.Header{wire.HeaderContentType: {wire.ContentTypeBytes}, wire.HeaderError: {wire.Busy}}
+
+// serveTenant answers m, a tenant's request on a subject parse reads the tenant of,
+// with what answer makes of it, in the background as the tenant's work within its
+// rates; beyond them, or beyond the tenant's background queue, the answer is busy.
+func (b *background) serveTenant(m *nats.Msg, parse func(string) (string, error), rates *tenantRates, answer func(ctx context.Context, tenant string) *nats.Msg) {
+	tenant, err := parse(m.Subject)
+	if err != nil || m.Reply == "" {
+		b.log.Debug("ignored a tenant's request", "subject", m.Subject, "err", err)
+		return
+	}
+	if rates.allow(tenant) && b.run(tenant, m, func(ctx context.Context) { _ = m.RespondMsg(answer(ctx, tenant)) }) {
+		return
+	}
+	_ = m.RespondMsg(&nats.Msg{Header: busyHeader})
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/harness"
@@ -47,6 +49,12 @@ type catalog struct {
 	timeout   time.Duration // of a job that sets none
 	log       *slog.Logger
 	done      sync.WaitGroup
+	bg        *background  // where tenants' catalog requests are served
+	rates     *tenantRates // each tenant's catalog requests
+
+	listMu   sync.Mutex // guards listed and listedAt
+	listed   []byte     // the catalog as last read for a tenant (list)
+	listedAt time.Time
 }
 
 // keep puts the entries until ctx ends; stop waits for it.
@@ -123,4 +131,80 @@ func (c *catalog) entry(sb Sandbox, ready harness.Ready, docs bool) wire.Sandbox
 		info.ToolErrors = append(info.ToolErrors, cut(e.File+": "+e.Error, maxToolError))
 	}
 	return info
+}
+
+// Tenants' catalog. A tenant's account does not reach the catalog bucket: its agents
+// ask on wire.SubjectSandboxes, which arrives as jazzmine.sandboxes.<tenant>, and one
+// worker answers with the catalog's entries, read from the bucket at most once per
+// catalogFresh, within the tenant's rate and its share of the background work.
+const (
+	sandboxesAll   = wire.SubjectSandboxes + ".*"
+	groupSandboxes = "jazzmine-sandboxes"
+	catalogFresh   = time.Second
+	// catalogRate and catalogBurst bound a tenant's catalog requests on a worker.
+	catalogRate  = 16
+	catalogBurst = 16
+	// maxCatalogAnswer is the most bytes of an answer (a NATS message is 1 MiB by
+	// default): past it the tools' docstrings are left out, and past that again it is
+	// an error.
+	maxCatalogAnswer = 768 << 10
+)
+
+// see is the handler of sandboxesAll: a tenant's catalog request, served in the
+// background within the tenant's rate (catalogRate).
+func (c *catalog) see(m *nats.Msg) {
+	c.bg.serveTenant(m, wire.ParseSandboxesSubject, c.rates, func(ctx context.Context, _ string) *nats.Msg {
+		reply := &nats.Msg{Header: nats.Header{wire.HeaderContentType: {wire.ContentTypeJSON}}}
+		var err error
+		if reply.Data, err = c.list(ctx); err != nil {
+			reply.Data = nil
+			reply.Header.Set(wire.HeaderError, "the sandbox catalog: "+err.Error())
+		}
+		return reply
+	})
+}
+
+// list returns the catalog's entries, sorted by name, as a JSON array: as read from
+// the bucket within the last catalogFresh, or read now.
+func (c *catalog) list(ctx context.Context) ([]byte, error) {
+	c.listMu.Lock()
+	defer c.listMu.Unlock()
+	if c.listed != nil && time.Since(c.listedAt) < catalogFresh {
+		return c.listed, nil
+	}
+	keys, err := c.kv.Keys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, err
+	}
+	slices.Sort(keys)
+	infos := []wire.SandboxInfo{}
+	for _, key := range keys {
+		entry, err := c.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue // expired meanwhile
+		} else if err != nil {
+			return nil, err
+		}
+		var info wire.SandboxInfo
+		if err := json.Unmarshal(entry.Value(), &info); err != nil {
+			continue // an entry no worker of this version wrote: the Go client skips it too
+		}
+		infos = append(infos, info)
+	}
+	data, err := json.Marshal(infos)
+	if err == nil && len(data) > maxCatalogAnswer {
+		for i := range infos {
+			for j := range infos[i].Tools {
+				infos[i].Tools[j].Doc = ""
+			}
+		}
+		if data, err = json.Marshal(infos); err == nil && len(data) > maxCatalogAnswer {
+			err = fmt.Errorf("%d bytes, more than an answer holds (%d)", len(data), maxCatalogAnswer)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.listed, c.listedAt = data, time.Now()
+	return data, nil
 }

@@ -2,9 +2,12 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/jazzmine/worker/client"
 	"github.com/jazzmine/worker/internal/testenv"
@@ -44,5 +47,58 @@ func TestTheWorkerPutsItsSandboxesInTheCatalog(t *testing.T) {
 	want := wire.ToolSpec{Name: "word_count", Signature: "(text: str) -> int", Doc: "Returns the number of words in text."}
 	if !slices.Contains(sb.Tools, want) {
 		t.Errorf("tools %+v lack %+v", sb.Tools, want)
+	}
+}
+
+// TestATenantAsksTheWorkersForTheCatalog: a tenant's account does not reach the
+// catalog bucket; its request on jazzmine.sandboxes (jazzmine.sandboxes.<tenant> in
+// the fleet's account) gets the same entries from a worker as JSON. A burst of 200
+// requests is answered busy past the tenant's rate, and another tenant's request
+// meanwhile is not.
+func TestATenantAsksTheWorkersForTheCatalog(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	testworker.Start(t, nc, testworker.Options{Sandbox: sandboxpool.Sandbox{PoolSize: 1}})
+	var got []wire.SandboxInfo
+	testenv.WaitFor(t, time.Minute, "the sandbox in the tenant's answer", func() bool {
+		m, err := nc.Request(wire.SubjectSandboxes+".t1", nil, 5*time.Second)
+		if err != nil || m.Header.Get(wire.HeaderError) != "" {
+			return false
+		}
+		if ct := m.Header.Get(wire.HeaderContentType); ct != wire.ContentTypeJSON {
+			t.Fatalf("the answer's Content-Type is %q", ct)
+		}
+		return json.Unmarshal(m.Data, &got) == nil && len(got) == 1
+	})
+	if got[0].Sandbox != "default" || len(got[0].Tools) == 0 || got[0].Tools[0].Doc == "" {
+		t.Errorf("the tenant's catalog: %+v; want the default sandbox, its tools and their docstrings", got)
+	}
+	answers := make(chan *nats.Msg, 256)
+	inbox := nats.NewInbox()
+	sub, err := nc.ChanSubscribe(inbox, answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	for range 200 {
+		if err := nc.PublishRequest(wire.SubjectSandboxes+".t1", inbox, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, err := nc.Request(wire.SubjectSandboxes+".t2", nil, 10*time.Second); err != nil || m.Header.Get(wire.HeaderError) != "" {
+		t.Errorf("another tenant's request during the burst: %v, %q", err, m.Header.Get(wire.HeaderError))
+	}
+	busy := 0
+	for range 200 {
+		select {
+		case m := <-answers:
+			if m.Header.Get(wire.HeaderError) == wire.Busy {
+				busy++
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of the burst's 200 answers came", busy)
+		}
+	}
+	if busy < 100 {
+		t.Errorf("%d of a burst of 200 catalog requests were answered busy; want all past the tenant's rate (16 a second)", busy)
 	}
 }

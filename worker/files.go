@@ -9,12 +9,10 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"log/slog"
 	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/time/rate"
 
 	"github.com/jazzmine/worker/harness"
 	"github.com/jazzmine/worker/wire"
@@ -30,11 +28,10 @@ type files struct {
 	store     jetstream.ObjectStore       // wire.FilesBucket, set by ensureStreams
 	tenantCfg jetstream.ObjectStoreConfig // of a tenant's bucket but its name, set by ensureStreams
 	bg        *background                 // where tenants' chunk requests are served
-	log       *slog.Logger
 
 	mu      sync.Mutex
 	tenants map[string]*tenantBucket // the tenants' buckets this worker has made or is making
-	rates   map[string]*rate.Limiter // each tenant's chunk requests (tenantfiles.go)
+	rates   *tenantRates             // each tenant's chunk requests (tenantfiles.go)
 	looked  map[string]*tenantBucket // the tenants' buckets this worker has read, not made
 }
 

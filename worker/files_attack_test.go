@@ -435,7 +435,7 @@ open("out/empty", "wb").close()`})
 	req := wire.ChunkRequest{Object: objects["out/a.bin"].Object}
 	for chunks := 0; len(got) < 256*1200; chunks++ {
 		m := ask("t1", req)
-		if e := m.Header.Get(wire.HeaderChunkError); e != "" || len(m.Data) == 0 || chunks > 10 {
+		if e := m.Header.Get(wire.HeaderError); e != "" || len(m.Data) == 0 || chunks > 10 {
 			t.Fatalf("chunk %d from %d: %q, %d bytes", chunks, req.From, e, len(m.Data))
 		}
 		got = append(got, m.Data...)
@@ -451,8 +451,8 @@ open("out/empty", "wb").close()`})
 	}(), 1200)) {
 		t.Error("the chunks of out/a.bin are not its bytes")
 	}
-	if m := ask("t1", wire.ChunkRequest{Object: objects["out/empty"].Object}); len(m.Data) != 0 || m.Header.Get(wire.HeaderObjectSize) != "0" || m.Header.Get(wire.HeaderChunkError) != "" {
-		t.Errorf("the empty object: %d bytes, size %q, error %q", len(m.Data), m.Header.Get(wire.HeaderObjectSize), m.Header.Get(wire.HeaderChunkError))
+	if m := ask("t1", wire.ChunkRequest{Object: objects["out/empty"].Object}); len(m.Data) != 0 || m.Header.Get(wire.HeaderObjectSize) != "0" || m.Header.Get(wire.HeaderError) != "" {
+		t.Errorf("the empty object: %d bytes, size %q, error %q", len(m.Data), m.Header.Get(wire.HeaderObjectSize), m.Header.Get(wire.HeaderError))
 	}
 	for name, m := range map[string]*nats.Msg{
 		"not JSON":              ask("t1", []byte("give me everything")),
@@ -460,12 +460,12 @@ open("out/empty", "wb").close()`})
 		"past the object's end": ask("t1", wire.ChunkRequest{Object: objects["out/a.bin"].Object, From: req.From + 1_000_000}),
 		"of a 3,500-byte name":  ask("t1", wire.ChunkRequest{Object: strings.Repeat("A", 3500)}),
 	} {
-		if len(m.Data) != 0 || m.Header.Get(wire.HeaderChunkError) == "" {
-			t.Errorf("a request %s: %d bytes, error %q; want an error and no bytes", name, len(m.Data), m.Header.Get(wire.HeaderChunkError))
+		if len(m.Data) != 0 || m.Header.Get(wire.HeaderError) == "" {
+			t.Errorf("a request %s: %d bytes, error %q; want an error and no bytes", name, len(m.Data), m.Header.Get(wire.HeaderError))
 		}
 	}
 	if m := ask("t1", wire.ChunkRequest{Object: objects["out/a.bin"].Object}); len(m.Data) == 0 {
-		t.Errorf("a request after the others: %q; want a chunk", m.Header.Get(wire.HeaderChunkError))
+		t.Errorf("a request after the others: %q; want a chunk", m.Header.Get(wire.HeaderError))
 	}
 
 	// A flood, its answers to an inbox of its own.
@@ -482,14 +482,14 @@ open("out/empty", "wb").close()`})
 			t.Fatal(err)
 		}
 	}
-	if m := ask("t2", wire.ChunkRequest{Object: "executions/none"}); m.Header.Get(wire.HeaderChunkError) == wire.ChunkBusy {
+	if m := ask("t2", wire.ChunkRequest{Object: "executions/none"}); m.Header.Get(wire.HeaderError) == wire.Busy {
 		t.Error("another tenant's request during the flood was answered busy")
 	}
 	busy, chunks := 0, 0
 	for deadline := time.After(30 * time.Second); busy+chunks < 2000; {
 		select {
 		case m := <-answers:
-			if m.Header.Get(wire.HeaderChunkError) == wire.ChunkBusy {
+			if m.Header.Get(wire.HeaderError) == wire.Busy {
 				busy++
 			} else if len(m.Data) > 0 {
 				chunks++

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/time/rate"
 
 	"github.com/jazzmine/worker/wire"
 )
@@ -188,45 +187,17 @@ func storeFull(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == codeStreamStoreFailed
 }
 
-// busyHeader is the header of every busy answer, made once: a flood of requests past
-// a tenant's rate costs an answer each, and no more.
-var busyHeader = nats.Header{wire.HeaderContentType: {wire.ContentTypeBytes}, wire.HeaderChunkError: {wire.ChunkBusy}}
-
-// see is the handler of filesAll: a tenant's chunk request is served in the
-// background, as the tenant's work, within the tenant's rate (chunkRate); beyond it,
-// or beyond the tenant's background queue, the answer is busy.
+// see is the handler of filesAll: a tenant's chunk request, served in the background
+// within the tenant's rate (chunkRate).
 func (f *files) see(m *nats.Msg) {
-	tenant, err := wire.ParseFilesSubject(m.Subject)
-	if err != nil || m.Reply == "" {
-		f.log.Debug("ignored a chunk request", "subject", m.Subject, "err", err)
-		return
-	}
-	if f.limiter(tenant).Allow() && f.bg.run(tenant, m, func(ctx context.Context) {
+	f.bg.serveTenant(m, wire.ParseFilesSubject, f.rates, func(ctx context.Context, tenant string) *nats.Msg {
 		reply := &nats.Msg{Header: nats.Header{wire.HeaderContentType: {wire.ContentTypeBytes}}}
 		if err := f.chunk(ctx, tenant, m.Data, reply); err != nil {
 			reply.Data = nil
-			reply.Header.Set(wire.HeaderChunkError, err.Error())
+			reply.Header.Set(wire.HeaderError, err.Error())
 		}
-		_ = m.RespondMsg(reply)
-	}) {
-		return
-	}
-	_ = m.RespondMsg(&nats.Msg{Header: busyHeader})
-}
-
-// limiter returns tenant's rate of chunk requests on this worker.
-func (f *files) limiter(tenant string) *rate.Limiter {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	l, ok := f.rates[tenant]
-	if !ok {
-		if f.rates == nil {
-			f.rates = map[string]*rate.Limiter{}
-		}
-		l = rate.NewLimiter(chunkRate, chunkBurst)
-		f.rates[tenant] = l
-	}
-	return l
+		return reply
+	})
 }
 
 // chunk fills reply with the chunk that req, a wire.ChunkRequest, asks of tenant's

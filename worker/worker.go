@@ -69,14 +69,15 @@ func New(cfg Config) (*Worker, error) {
 	w.bg = newBackground(cfg.Logger)
 	w.events = &events{js: js, nc: cfg.NATS, workerID: cfg.WorkerID}
 	w.cancels = &canceller{nc: cfg.NATS, js: js, workerID: cfg.WorkerID, log: cfg.Logger, events: w.events, running: running, bg: w.bg}
-	w.files = &files{js: js, bg: w.bg, log: cfg.Logger}
+	w.files = &files{js: js, bg: w.bg, rates: newTenantRates(chunkRate, chunkBurst)}
 	w.proc = newProcessor(&w.cfg, tel, w.events, w.cancels, running, w.files)
 	w.producer = newProducer(cfg.Sandboxes, w.proc.handle, cfg.Logger)
 	w.sessions = newSessions(&w.cfg, js, w.proc, w.events)
 	w.replays = newReplayer(cfg.NATS, w.events, w.bg, cfg.Logger)
 	w.triage = newTriage(js, cfg.Sandboxes, w.events, w.bg, cfg.Logger)
 	w.live = &liveness{id: cfg.WorkerID, ttl: cfg.LivenessTTL, log: cfg.Logger}
-	w.catalog = &catalog{pool: cfg.Pool, sandboxes: cfg.Sandboxes, workerID: cfg.WorkerID, timeout: cfg.DefaultTimeout, log: cfg.Logger}
+	w.catalog = &catalog{pool: cfg.Pool, sandboxes: cfg.Sandboxes, workerID: cfg.WorkerID, timeout: cfg.DefaultTimeout, log: cfg.Logger,
+		bg: w.bg, rates: newTenantRates(catalogRate, catalogBurst)}
 	w.pulling, w.stopPulling = context.WithCancel(context.Background())
 	return w, nil
 }
@@ -113,8 +114,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// subscribe subscribes the cancel protocol, triage, replays and tenants' chunk
-// requests: the coordinator, triage, replays and chunks in the fleet's queue groups (one worker each message), the
+// subscribe subscribes the cancel protocol, triage, replays and tenants' chunk and
+// catalog requests in the fleet's queue groups (one worker each message), and the
 // answer for running executions on every worker.
 func (w *Worker) subscribe() error {
 	nc := w.cfg.NATS
@@ -128,6 +129,7 @@ func (w *Worker) subscribe() error {
 		{wire.SessionWildcard, groupTriage, w.triage.seeSession},
 		{replayAll, groupReplay, w.replays.see},
 		{filesAll, groupFiles, w.files.see},
+		{sandboxesAll, groupSandboxes, w.catalog.see},
 	} {
 		var sub *nats.Subscription
 		var err error

@@ -621,6 +621,17 @@ func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
 	if err := alpha.Download(ctx, art, &got); err != nil || got.String() != secret {
 		t.Fatalf("alpha's download of its artifact: %d bytes, %v; want the %d it wrote", got.Len(), err, len(secret))
 	}
+	// The catalog, whose bucket a tenant does not reach, comes from the workers.
+	var listed []client.SandboxInfo
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); len(listed) == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if listed, err = alpha.Sandboxes(ctx); err != nil {
+			t.Fatalf("alpha's list of the sandboxes: %v", err)
+		}
+	}
+	if len(listed) != 1 || listed[0].Sandbox != "default" || len(listed[0].Tools) == 0 {
+		t.Errorf("alpha's list of the sandboxes: %+v; want the default sandbox with its tools", listed)
+	}
 	// Its next job reads it as an input, from its own bucket.
 	next, err := alpha.Run(ctx, wire.Job{Sandbox: "default", Files: []wire.File{art.Input("report.txt")}, Script: "emit_result(len(open('report.txt').read()))"})
 	if err != nil || !next.Success || next.FinalData != int64(len(secret)) {
@@ -645,13 +656,13 @@ func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
 	}
 	// A name whose lookup is a line longer than the server takes closed the worker's
 	// connection for good (a review's attack): refused, and the worker stays.
-	if m, err := bnc.Request(wire.SubjectFiles, req(strings.Repeat("A", 3500)), 10*time.Second); err != nil || m.Header.Get(wire.HeaderChunkError) == "" {
+	if m, err := bnc.Request(wire.SubjectFiles, req(strings.Repeat("A", 3500)), 10*time.Second); err != nil || m.Header.Get(wire.HeaderError) == "" {
 		t.Errorf("beta's chunk request with a 3,500-byte name: %v; want an error", err)
 	}
-	if m, err := bnc.Request(wire.SubjectFiles, req(art.Object), 10*time.Second); err != nil || len(m.Data) != 0 || m.Header.Get(wire.HeaderChunkError) == "" {
+	if m, err := bnc.Request(wire.SubjectFiles, req(art.Object), 10*time.Second); err != nil || len(m.Data) != 0 || m.Header.Get(wire.HeaderError) == "" {
 		t.Errorf("BROKEN: beta's chunk request for alpha's object: %v; want an error, no bytes", err)
 	} else {
-		t.Logf("beta's chunk request for alpha's object: %s", m.Header.Get(wire.HeaderChunkError))
+		t.Logf("beta's chunk request for alpha's object: %s", m.Header.Get(wire.HeaderError))
 	}
 	meta := "$O." + art.Bucket + ".M.>"
 	for subj, body := range map[string][]byte{
