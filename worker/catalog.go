@@ -141,9 +141,11 @@ const (
 	sandboxesAll   = wire.SubjectSandboxes + ".*"
 	groupSandboxes = "jazzmine-sandboxes"
 	catalogFresh   = time.Second
-	// catalogRate and catalogBurst bound a tenant's catalog requests on a worker.
-	catalogRate  = 16
-	catalogBurst = 16
+	// catalogRate and catalogBurst bound a tenant's catalog requests on a worker: an
+	// answer is as large as the catalog (a few KiB; at most maxCatalogAnswer), to a
+	// reply subject nobody may read, and an agent asks for it once in a while.
+	catalogRate  = 4
+	catalogBurst = 8
 	// maxCatalogAnswer is the most bytes of an answer (a NATS message is 1 MiB by
 	// default): past it the tools' docstrings are left out, and past that again it is
 	// an error.

@@ -99,6 +99,6 @@ func TestATenantAsksTheWorkersForTheCatalog(t *testing.T) {
 		}
 	}
 	if busy < 100 {
-		t.Errorf("%d of a burst of 200 catalog requests were answered busy; want all past the tenant's rate (16 a second)", busy)
+		t.Errorf("%d of a burst of 200 catalog requests were answered busy; want all past the tenant's rate (4 a second)", busy)
 	}
 }
