@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,11 +26,21 @@ type SandboxInfo = wire.SandboxInfo
 //
 // On a fleet with tenant accounts the bucket is in the fleet's account, out of an
 // agent's reach: the workers answer its request on [wire.SubjectSandboxes], which the
-// client makes first (in the fleet's own account nothing answers it, at once). The
-// error wraps [ErrNoStream] when neither a worker nor the bucket is there.
+// client makes first. Where nothing answers it within catalogWait (in the fleet's own
+// account nothing does, at once, or the request is not permitted), the client reads
+// the bucket. The error wraps [ErrNoStream] when neither a worker nor the bucket is
+// there.
 func (c *Client) Sandboxes(ctx context.Context) ([]SandboxInfo, error) {
-	if out, err := c.askSandboxes(ctx); !errors.Is(err, nats.ErrNoResponders) {
-		return out, err
+	rctx, cancel := context.WithTimeout(ctx, catalogWait)
+	m, err := c.nc.RequestWithContext(rctx, wire.SubjectSandboxes, nil)
+	cancel()
+	switch {
+	case err == nil && m.Header.Get(wire.HeaderError) == wire.Busy:
+		return c.askSandboxes(ctx)
+	case err == nil:
+		return decodeSandboxes(m)
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
 	}
 	kv, err := c.js.KeyValue(ctx, wire.SandboxesBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -65,6 +76,10 @@ func (c *Client) Sandboxes(ctx context.Context) ([]SandboxInfo, error) {
 	return out, nil
 }
 
+// catalogWait is how long Sandboxes waits for the workers' answer before it reads the
+// bucket.
+const catalogWait = 2 * time.Second
+
 // askSandboxes asks the workers for the catalog, as an agent of a tenant does, again
 // while they say busy, within askBudget.
 func (c *Client) askSandboxes(ctx context.Context) ([]SandboxInfo, error) {
@@ -72,6 +87,11 @@ func (c *Client) askSandboxes(ctx context.Context) ([]SandboxInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	return decodeSandboxes(m)
+}
+
+// decodeSandboxes reads the workers' answer with the catalog.
+func decodeSandboxes(m *nats.Msg) ([]SandboxInfo, error) {
 	if e := m.Header.Get(wire.HeaderError); e != "" {
 		return nil, errors.New(e)
 	}

@@ -213,7 +213,12 @@ func (b *background) serveTenant(m *nats.Msg, parse func(string) (string, error)
 		b.log.Debug("ignored a tenant's request", "subject", m.Subject, "err", err)
 		return
 	}
-	if rates.allow(tenant) && b.run(tenant, m, func(ctx context.Context) { _ = m.RespondMsg(answer(ctx, tenant)) }) {
+	if rates.allow(tenant) && b.run(tenant, m, func(ctx context.Context) {
+		if err := m.RespondMsg(answer(ctx, tenant)); err != nil {
+			// Larger than the server takes, say: the asker is told, not left waiting.
+			_ = m.RespondMsg(&nats.Msg{Header: nats.Header{wire.HeaderContentType: {wire.ContentTypeBytes}, wire.HeaderError: {"no answer could be sent: " + err.Error()}}})
+		}
+	}) {
 		return
 	}
 	_ = m.RespondMsg(&nats.Msg{Header: busyHeader})

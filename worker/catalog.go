@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,14 +53,26 @@ type catalog struct {
 	bg        *background  // where tenants' catalog requests are served
 	rates     *tenantRates // each tenant's catalog requests
 
-	listMu   sync.Mutex // guards listed and listedAt
-	listed   []byte     // the catalog as last read for a tenant (list)
+	viewMu   sync.Mutex              // guards view, listed and listedAt
+	view     map[string]catalogEntry // the bucket's entries, as watched (watch)
+	listed   []byte                  // view as a tenant's answer (list)
 	listedAt time.Time
 }
 
-// keep puts the entries until ctx ends; stop waits for it.
+// catalogEntry is an entry of the bucket as watched, and when it was put.
+type catalogEntry struct {
+	info wire.SandboxInfo
+	put  time.Time
+}
+
+// keep puts the entries, and watches the bucket for tenants' requests (watch), until
+// ctx ends; stop waits for it.
 func (c *catalog) keep(ctx context.Context) {
-	c.done.Add(1)
+	c.done.Add(2)
+	go func() {
+		defer c.done.Done()
+		c.watch(ctx)
+	}()
 	go func() {
 		defer c.done.Done()
 		refresh := time.NewTicker(SandboxesTTL / 4)
@@ -135,12 +148,13 @@ func (c *catalog) entry(sb Sandbox, ready harness.Ready, docs bool) wire.Sandbox
 
 // Tenants' catalog. A tenant's account does not reach the catalog bucket: its agents
 // ask on wire.SubjectSandboxes, which arrives as jazzmine.sandboxes.<tenant>, and one
-// worker answers with the catalog's entries, read from the bucket at most once per
-// catalogFresh, within the tenant's rate and its share of the background work.
+// worker answers with the catalog's entries, within the tenant's rate and its share
+// of the background work. A worker keeps a view of the bucket, watched, so that no
+// request reads it: a read that stalled held the requests' background slots, and the
+// other tenants' cancels, replays and chunks waited (a review's finding).
 const (
 	sandboxesAll   = wire.SubjectSandboxes + ".*"
 	groupSandboxes = "jazzmine-sandboxes"
-	catalogFresh   = time.Second
 	// catalogRate and catalogBurst bound a tenant's catalog requests on a worker: an
 	// answer is as large as the catalog (a few KiB; at most maxCatalogAnswer), to a
 	// reply subject nobody may read, and an agent asks for it once in a while.
@@ -150,15 +164,58 @@ const (
 	// default): past it the tools' docstrings are left out, and past that again it is
 	// an error.
 	maxCatalogAnswer = 768 << 10
+	// watchRetry is how soon a watch of the bucket that ended is made again.
+	watchRetry = 5 * time.Second
+	// listFresh is how long an answer is kept, unless the view changes: entries that
+	// aged out of the bucket leave it.
+	listFresh = time.Minute
 )
 
-// see is the handler of sandboxesAll: a tenant's catalog request, served in the
-// background within the tenant's rate (catalogRate).
-func (c *catalog) see(m *nats.Msg) {
-	c.bg.serveTenant(m, wire.ParseSandboxesSubject, c.rates, func(ctx context.Context, _ string) *nats.Msg {
+// watch keeps c.view as the bucket's entries until ctx ends. An entry the bucket's
+// TTL removed sends no update: list leaves out those put longer ago than the TTL.
+func (c *catalog) watch(ctx context.Context) {
+	for ctx.Err() == nil {
+		w, err := c.kv.WatchAll(ctx)
+		if err == nil {
+			for entry := range w.Updates() {
+				if entry != nil {
+					c.see(entry)
+				}
+			}
+			_ = w.Stop()
+		} else if ctx.Err() == nil {
+			c.log.Warn("watch the sandbox catalog", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(watchRetry):
+		}
+	}
+}
+
+// see folds an update of the bucket into the view.
+func (c *catalog) see(entry jetstream.KeyValueEntry) {
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	if c.view == nil {
+		c.view = map[string]catalogEntry{}
+	}
+	c.listed = nil
+	var info wire.SandboxInfo
+	if entry.Operation() != jetstream.KeyValuePut || json.Unmarshal(entry.Value(), &info) != nil {
+		delete(c.view, entry.Key()) // deleted, purged, or no entry a worker of this version wrote
+		return
+	}
+	c.view[entry.Key()] = catalogEntry{info: info, put: entry.Created()}
+}
+
+// serveTenants is the handler of sandboxesAll: a tenant's catalog request, served in
+// the background within the tenant's rate (catalogRate).
+func (c *catalog) serveTenants(m *nats.Msg) {
+	c.bg.serveTenant(m, wire.ParseSandboxesSubject, c.rates, func(context.Context, string) *nats.Msg {
 		reply := &nats.Msg{Header: nats.Header{wire.HeaderContentType: {wire.ContentTypeJSON}}}
 		var err error
-		if reply.Data, err = c.list(ctx); err != nil {
+		if reply.Data, err = c.list(); err != nil {
 			reply.Data = nil
 			reply.Header.Set(wire.HeaderError, "the sandbox catalog: "+err.Error())
 		}
@@ -166,36 +223,25 @@ func (c *catalog) see(m *nats.Msg) {
 	})
 }
 
-// list returns the catalog's entries, sorted by name, as a JSON array: as read from
-// the bucket within the last catalogFresh, or read now.
-func (c *catalog) list(ctx context.Context) ([]byte, error) {
-	c.listMu.Lock()
-	defer c.listMu.Unlock()
-	if c.listed != nil && time.Since(c.listedAt) < catalogFresh {
+// list returns the view's entries put within the bucket's TTL, sorted by name, as a
+// JSON array, made again after a change or listFresh.
+func (c *catalog) list() ([]byte, error) {
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	if c.listed != nil && time.Since(c.listedAt) < listFresh {
 		return c.listed, nil
 	}
-	keys, err := c.kv.Keys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, err
-	}
-	slices.Sort(keys)
 	infos := []wire.SandboxInfo{}
-	for _, key := range keys {
-		entry, err := c.kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			continue // expired meanwhile
-		} else if err != nil {
-			return nil, err
+	for _, e := range c.view {
+		if time.Since(e.put) < SandboxesTTL {
+			infos = append(infos, e.info)
 		}
-		var info wire.SandboxInfo
-		if err := json.Unmarshal(entry.Value(), &info); err != nil {
-			continue // an entry no worker of this version wrote: the Go client skips it too
-		}
-		infos = append(infos, info)
 	}
+	slices.SortFunc(infos, func(a, b wire.SandboxInfo) int { return strings.Compare(a.Sandbox, b.Sandbox) })
 	data, err := json.Marshal(infos)
 	if err == nil && len(data) > maxCatalogAnswer {
 		for i := range infos {
+			infos[i].Tools = slices.Clone(infos[i].Tools)
 			for j := range infos[i].Tools {
 				infos[i].Tools[j].Doc = ""
 			}

@@ -129,7 +129,7 @@ func (w *Worker) subscribe() error {
 		{wire.SessionWildcard, groupTriage, w.triage.seeSession},
 		{replayAll, groupReplay, w.replays.see},
 		{filesAll, groupFiles, w.files.see},
-		{sandboxesAll, groupSandboxes, w.catalog.see},
+		{sandboxesAll, groupSandboxes, w.catalog.serveTenants},
 	} {
 		var sub *nats.Subscription
 		var err error

@@ -599,7 +599,7 @@ func TestATenantsStorageIsBounded(t *testing.T) {
 // where alpha chose), a purge, a write. Each is refused or gets one chunk; both
 // tenants' artifacts are still there.
 func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
-	_, anc, bnc := twoTenantServer(t, "alpha", "beta")
+	wnc, anc, bnc := twoTenantServer(t, "alpha", "beta")
 	alpha, beta := tenantClient(t, anc), tenantClient(t, bnc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -632,6 +632,13 @@ func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
 	if len(listed) != 1 || listed[0].Sandbox != "default" || len(listed[0].Tools) == 0 {
 		t.Errorf("alpha's list of the sandboxes: %+v; want the default sandbox with its tools", listed)
 	}
+	// A client of the fleet's account with the worker's identity (as `worker mcp` may
+	// run) reads the bucket: nothing answers its ask.
+	start := time.Now()
+	if listed, err = tenantClient(t, wnc).Sandboxes(ctx); err != nil || len(listed) != 1 {
+		t.Errorf("the fleet account's list of the sandboxes: %+v, %v", listed, err)
+	}
+	t.Logf("the fleet account's list of the sandboxes took %v", time.Since(start).Round(time.Millisecond))
 	// Its next job reads it as an input, from its own bucket.
 	next, err := alpha.Run(ctx, wire.Job{Sandbox: "default", Files: []wire.File{art.Input("report.txt")}, Script: "emit_result(len(open('report.txt').read()))"})
 	if err != nil || !next.Success || next.FinalData != int64(len(secret)) {
@@ -705,7 +712,7 @@ func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
 		}
 	}
 	got.Reset()
-	start := time.Now()
+	start = time.Now()
 	err = alpha.Download(ctx, art, &got)
 	t.Logf("alpha's download right after 2,000 chunk requests of its own: %v, %v", time.Since(start).Round(time.Millisecond), err)
 	if err != nil || got.String() != secret {
