@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/client"
 	"github.com/jazzmine/worker/internal/testenv"
@@ -72,6 +73,22 @@ func TestATenantAsksTheWorkersForTheCatalog(t *testing.T) {
 	if got[0].Sandbox != "default" || len(got[0].Tools) == 0 || got[0].Tools[0].Doc == "" {
 		t.Errorf("the tenant's catalog: %+v; want the default sandbox, its tools and their docstrings", got)
 	}
+	// The worker's view follows the bucket: an entry deleted there leaves the answer.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), wire.SandboxesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(context.Background(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, time.Minute, "the deleted entry out of the tenant's answer", func() bool {
+		m, err := nc.Request(wire.SubjectSandboxes+".t3", nil, 5*time.Second)
+		return err == nil && string(m.Data) == "[]"
+	})
 	answers := make(chan *nats.Msg, 256)
 	inbox := nats.NewInbox()
 	sub, err := nc.ChanSubscribe(inbox, answers)
