@@ -179,7 +179,7 @@ func (c *catalog) watch(ctx context.Context) {
 		if err == nil {
 			for entry := range w.Updates() {
 				if entry != nil {
-					c.see(entry)
+					c.fold(entry)
 				}
 			}
 			_ = w.Stop()
@@ -193,8 +193,8 @@ func (c *catalog) watch(ctx context.Context) {
 	}
 }
 
-// see folds an update of the bucket into the view.
-func (c *catalog) see(entry jetstream.KeyValueEntry) {
+// fold folds an update of the bucket into the view.
+func (c *catalog) fold(entry jetstream.KeyValueEntry) {
 	c.viewMu.Lock()
 	defer c.viewMu.Unlock()
 	if c.view == nil {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/client"
@@ -89,32 +88,11 @@ func TestATenantAsksTheWorkersForTheCatalog(t *testing.T) {
 		m, err := nc.Request(wire.SubjectSandboxes+".t3", nil, 5*time.Second)
 		return err == nil && string(m.Data) == "[]"
 	})
-	answers := make(chan *nats.Msg, 256)
-	inbox := nats.NewInbox()
-	sub, err := nc.ChanSubscribe(inbox, answers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	for range 200 {
-		if err := nc.PublishRequest(wire.SubjectSandboxes+".t1", inbox, nil); err != nil {
-			t.Fatal(err)
+	busy, _ := burst(t, nc, wire.SubjectSandboxes+".t1", nil, 200, func() {
+		if m, err := nc.Request(wire.SubjectSandboxes+".t2", nil, 10*time.Second); err != nil || m.Header.Get(wire.HeaderError) != "" {
+			t.Errorf("another tenant's request during the burst: %v, %q", err, m.Header.Get(wire.HeaderError))
 		}
-	}
-	if m, err := nc.Request(wire.SubjectSandboxes+".t2", nil, 10*time.Second); err != nil || m.Header.Get(wire.HeaderError) != "" {
-		t.Errorf("another tenant's request during the burst: %v, %q", err, m.Header.Get(wire.HeaderError))
-	}
-	busy := 0
-	for range 200 {
-		select {
-		case m := <-answers:
-			if m.Header.Get(wire.HeaderError) == wire.Busy {
-				busy++
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%d of the burst's 200 answers came", busy)
-		}
-	}
+	})
 	if busy < 100 {
 		t.Errorf("%d of a burst of 200 catalog requests were answered busy; want all past the tenant's rate (4 a second)", busy)
 	}

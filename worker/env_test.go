@@ -203,3 +203,36 @@ var benchMaxUses = sandboxpool.DefaultMaxUses
 func init() {
 	flag.IntVar(&benchMaxUses, "maxuses", sandboxpool.DefaultMaxUses, "MaxUses of the test pools")
 }
+
+// burst sends n requests on subject with body at once, as a tenant's flood, their
+// answers to an inbox of its own; calls during while they are answered; and returns
+// how many of the n answers said busy and how many carried data.
+func burst(t *testing.T, nc *nats.Conn, subject string, body []byte, n int, during func()) (busy, data int) {
+	t.Helper()
+	answers := make(chan *nats.Msg, n)
+	inbox := nats.NewInbox()
+	sub, err := nc.ChanSubscribe(inbox, answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	for range n {
+		if err := nc.PublishRequest(subject, inbox, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	during()
+	for deadline := time.After(30 * time.Second); busy+data < n; {
+		select {
+		case m := <-answers:
+			if m.Header.Get(wire.HeaderError) == wire.Busy {
+				busy++
+			} else if len(m.Data) > 0 {
+				data++
+			}
+		case <-deadline:
+			t.Fatalf("%d busy and %d other answers of a burst of %d on %s", busy, data, n, subject)
+		}
+	}
+	return busy, data
+}

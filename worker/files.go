@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -30,9 +31,8 @@ type files struct {
 	bg        *background                 // where tenants' chunk requests are served
 
 	mu      sync.Mutex
-	tenants map[string]*tenantBucket // the tenants' buckets this worker has made or is making
-	rates   *tenantRates             // each tenant's chunk requests (tenantfiles.go)
-	looked  map[string]*tenantBucket // the tenants' buckets this worker has read, not made
+	tenants map[string]*tenantBucket // the tenants' buckets this worker has made or looked up (tenantfiles.go)
+	rates   *tenantRates             // each tenant's chunk requests
 }
 
 // errInputFile is the failure of a job whose input files cannot be given to it: an
@@ -52,10 +52,16 @@ func (f *files) inputs(ctx context.Context, ref execRef, job *wire.Job, limit in
 	}
 	out := make([]harness.InputFile, 0, len(job.Files))
 	var total int64
-	var store jetstream.ObjectStore
-	bucket := wire.FilesBucket
-	if ref.tenant != "" {
-		bucket = wire.TenantFilesBucket(ref.tenant)
+	store, bucket := f.store, wire.FilesBucket
+	if ref.tenant != "" && slices.ContainsFunc(job.Files, func(jf wire.File) bool { return jf.Object != "" }) {
+		b, err := f.tenantBucket(ctx, ref.tenant, false) // a read: it makes no bucket
+		switch {
+		case errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
+			return nil, &errInputFile{fmt.Sprintf("input files name objects, and the bucket %s holds none yet", wire.TenantFilesBucket(ref.tenant))}
+		case err != nil:
+			return nil, fmt.Errorf("input files: %w", err)
+		}
+		store, bucket = b.store, b.name
 	}
 	for _, jf := range job.Files {
 		in := harness.InputFile{Path: jf.Path, Mode: jf.Mode, Size: int64(len(jf.Data))}
@@ -63,12 +69,6 @@ func (f *files) inputs(ctx context.Context, ref execRef, job *wire.Job, limit in
 			data := jf.Data
 			in.Open = func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
 		} else {
-			if store == nil {
-				var err error
-				if store, err = f.bucket(ctx, ref.tenant); err != nil {
-					return nil, fmt.Errorf("input file %s: %w", jf.Path, err)
-				}
-			}
 			info, err := store.GetInfo(ctx, jf.Object)
 			if errors.Is(err, jetstream.ErrObjectNotFound) {
 				return nil, &errInputFile{fmt.Sprintf("input file %s: object %q is not in the bucket %s", jf.Path, jf.Object, bucket)}
@@ -97,9 +97,14 @@ func (f *files) put(ctx context.Context, ref execRef, attempt int, hev harness.E
 	if !hev.IsFile() {
 		return nil
 	}
-	store, err := f.bucket(ctx, ref.tenant)
-	if err != nil {
-		return fmt.Errorf("store %s %s: %w", hev.Type, hev.Path, err)
+	store := f.store
+	var b *tenantBucket
+	if ref.tenant != "" {
+		var err error
+		if b, err = f.tenantBucket(ctx, ref.tenant, true); err != nil {
+			return fmt.Errorf("store %s %s: %w", hev.Type, hev.Path, err)
+		}
+		store = b.store
 	}
 	key := ref.key()
 	name := wire.ArtifactObject(key, attempt, hev.Path)
@@ -118,8 +123,8 @@ func (f *files) put(ctx context.Context, ref execRef, attempt int, hev harness.E
 	info, err := store.Put(ctx, meta, io.TeeReader(body, sum))
 	if err != nil {
 		err = fmt.Errorf("store %s %s: %w", hev.Type, hev.Path, err)
-		if ref.tenant != "" {
-			err = f.putFailed(ref.tenant, err)
+		if b != nil {
+			err = f.putFailed(ref.tenant, b, err)
 		}
 		return err
 	}

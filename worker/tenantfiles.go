@@ -39,61 +39,47 @@ const (
 	chunkBurst = 128
 )
 
-// tenantBucket is a tenant's bucket as this worker knows it: made once (ready closed),
-// or being made.
+// tenantBucket is a tenant's bucket as this worker knows it: made or looked up once
+// (ready closed), or being made or looked up.
 type tenantBucket struct {
+	name   string
+	made   bool // created or updated to the configured bound by this worker
 	ready  chan struct{}
 	store  jetstream.ObjectStore
 	stream jetstream.Stream // its stream, for chunks by sequence
 	err    error
 }
 
-// bucket returns the bucket of tenant's artifacts: wire.FilesBucket for the fleet's
-// own account (tenant ""), else the tenant's bucket.
-func (f *files) bucket(ctx context.Context, tenant string) (jetstream.ObjectStore, error) {
-	if tenant == "" {
-		return f.store, nil
-	}
-	b, err := f.tenantBucket(ctx, tenant, true)
-	if err != nil {
-		return nil, err
-	}
-	return b.store, nil
-}
-
-// tenantBucket returns tenant's bucket, created or updated to the configured bound by
-// this worker's first store in it. One caller makes it; others wait for it, and the
-// buckets of other tenants wait for nothing. A failed making is forgotten: the next
-// use tries again. Without create (a read), a bucket this worker has not made is
-// looked up, not made, nor kept: reads name no bucket into being.
+// tenantBucket returns tenant's bucket. With create (a store), it is created or updated
+// to the configured bound at this worker's first store; without (a read), a bucket
+// this worker has not seen is looked up, not made: reads name no bucket into being.
+// One caller makes or looks up; others wait for it, and the buckets of other tenants
+// wait for nothing. A failure is forgotten: the next use tries again.
 func (f *files) tenantBucket(ctx context.Context, tenant string, create bool) (*tenantBucket, error) {
 	f.mu.Lock()
 	b, ok := f.tenants[tenant]
-	if !ok && !create {
-		if b, ok = f.looked[tenant]; ok {
-			f.mu.Unlock()
-			return b, nil
-		}
-		f.mu.Unlock()
-		return f.lookUp(ctx, tenant)
-	}
-	if !ok {
-		b = &tenantBucket{ready: make(chan struct{})}
+	mine := !ok || create && !b.made
+	if mine {
+		b = &tenantBucket{name: wire.TenantFilesBucket(tenant), made: create, ready: make(chan struct{})}
 		if f.tenants == nil {
 			f.tenants = map[string]*tenantBucket{}
 		}
 		f.tenants[tenant] = b
 	}
 	f.mu.Unlock()
-	if !ok {
-		cfg := f.tenantCfg
-		cfg.Bucket = wire.TenantFilesBucket(tenant)
-		b.store, b.err = f.js.CreateOrUpdateObjectStore(ctx, cfg)
+	if mine {
+		if create {
+			cfg := f.tenantCfg
+			cfg.Bucket = b.name
+			b.store, b.err = f.js.CreateOrUpdateObjectStore(ctx, cfg)
+		} else {
+			b.store, b.err = f.js.ObjectStore(ctx, b.name)
+		}
 		if b.err == nil {
-			b.stream, b.err = f.js.Stream(ctx, "OBJ_"+cfg.Bucket)
+			b.stream, b.err = f.js.Stream(ctx, "OBJ_"+b.name)
 		}
 		if b.err != nil {
-			b.err = fmt.Errorf("create or update object store %s: %w", cfg.Bucket, b.err)
+			b.err = fmt.Errorf("object store %s: %w", b.name, b.err)
 			f.forget(tenant, b)
 		}
 		close(b.ready)
@@ -106,30 +92,8 @@ func (f *files) tenantBucket(ctx context.Context, tenant string, create bool) (*
 	}
 }
 
-// lookUp returns tenant's bucket as it is, if it is there, and keeps it for the reads
-// that follow (two API requests a chunk else); a read that fails forgets it.
-func (f *files) lookUp(ctx context.Context, tenant string) (*tenantBucket, error) {
-	name := wire.TenantFilesBucket(tenant)
-	store, err := f.js.ObjectStore(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("object store %s: %w", name, err)
-	}
-	stream, err := f.js.Stream(ctx, "OBJ_"+name)
-	if err != nil {
-		return nil, fmt.Errorf("object store %s: %w", name, err)
-	}
-	b := &tenantBucket{ready: make(chan struct{}), store: store, stream: stream}
-	close(b.ready)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.looked == nil {
-		f.looked = map[string]*tenantBucket{}
-	}
-	f.looked[tenant] = b
-	return b, nil
-}
-
-// forget drops b, tenant's bucket, if it is still the one this worker knows.
+// forget drops b, tenant's bucket, if it is still the one this worker knows: it is
+// made or looked up again at its next use (an operator may have deleted it).
 func (f *files) forget(tenant string, b *tenantBucket) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -138,25 +102,15 @@ func (f *files) forget(tenant string, b *tenantBucket) {
 	}
 }
 
-// putFailed returns the error of a store in tenant's bucket that failed with err: an
-// *errBucketFull when the bucket is at its bound. A bucket that failed otherwise may
-// have been deleted: it is made again at the next store (an execution cut short is
-// no reason).
-func (f *files) putFailed(tenant string, err error) error {
+// putFailed returns the error of a store in b, tenant's bucket, that failed with err:
+// an *errBucketFull when the bucket is at its bound. A bucket that failed otherwise
+// is forgotten (an execution cut short is no reason).
+func (f *files) putFailed(tenant string, b *tenantBucket, err error) error {
 	switch {
 	case storeFull(err):
-		return &errBucketFull{err: err, bucket: wire.TenantFilesBucket(tenant), limit: f.tenantCfg.MaxBytes}
+		return &errBucketFull{err: err, bucket: b.name, limit: f.tenantCfg.MaxBytes}
 	case !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded):
-		f.mu.Lock()
-		b := f.tenants[tenant]
-		f.mu.Unlock()
-		if b != nil {
-			select {
-			case <-b.ready:
-				f.forget(tenant, b)
-			default: // being made
-			}
-		}
+		f.forget(tenant, b)
 	}
 	return err
 }
@@ -222,11 +176,7 @@ func (f *files) chunk(ctx context.Context, tenant string, req []byte, reply *nat
 	info, err := b.store.GetInfo(ctx, r.Object)
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrObjectNotFound) {
-			f.mu.Lock()
-			if f.looked[tenant] == b {
-				delete(f.looked, tenant)
-			}
-			f.mu.Unlock()
+			f.forget(tenant, b)
 		}
 		return fmt.Errorf("object %q: %w", r.Object, err)
 	}
@@ -234,7 +184,7 @@ func (f *files) chunk(ctx context.Context, tenant string, req []byte, reply *nat
 	if info.Size == 0 {
 		return nil
 	}
-	msg, err := b.stream.GetMsg(ctx, r.From, jetstream.WithGetMsgSubject("$O."+wire.TenantFilesBucket(tenant)+".C."+info.NUID))
+	msg, err := b.stream.GetMsg(ctx, r.From, jetstream.WithGetMsgSubject("$O."+b.name+".C."+info.NUID))
 	if err != nil {
 		return fmt.Errorf("object %q from %d: %w", r.Object, r.From, err)
 	}

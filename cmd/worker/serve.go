@@ -210,10 +210,11 @@ func (m *member) run(ctx context.Context, warm chan struct{}) error {
 	if err := setUpEgress(ctx, m.docker, m.builder, m.cfg, poolCfg.Sandboxes, m.log); err != nil {
 		return err
 	}
-	if poolCfg.SharedUID, err = sandboxpool.RemapsUIDs(ctx, m.docker); err != nil {
+	remaps, err := sandboxpool.RemapsUIDs(ctx, m.docker)
+	if err != nil {
 		return err
-	} else if poolCfg.SharedUID || m.settings.SharedUID {
-		poolCfg.SharedUID = true
+	}
+	if poolCfg.SharedUID = remaps || m.settings.SharedUID; poolCfg.SharedUID {
 		m.log.Warn("every sandbox container runs as uid 10001, and shares the kernel's per-uid counters with the others: the engine remaps containers' uids (userns-remap, rootless), or worker.shared_uid is set")
 	}
 	pool, err := sandboxpool.New(poolCfg)

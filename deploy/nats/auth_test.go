@@ -705,7 +705,8 @@ func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
 		}
 	}
 	// A burst of alpha's own chunk requests, their answers unread, takes its rate: its
-	// download right after is answered busy, waits and goes on.
+	// download right after still completes (the client asks again while the workers
+	// say busy: client TestATenantsDownloadAsksChunkAfterChunk).
 	for range 2000 {
 		if err := anc.PublishRequest(wire.SubjectFiles, "nobody.reads.this", req(art.Object)); err != nil {
 			t.Fatal(err)
