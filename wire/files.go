@@ -49,8 +49,8 @@ type ChunkRequest struct {
 // fleet's account sees it, jazzmine.files.<tenant>. Errors wrap
 // [ErrInvalidSubject].
 func ParseFilesSubject(subject string) (tenant string, err error) {
-	tenant, _, err = tokens(subject, SubjectFiles, "tenant")
-	return tenant, err
+	t, err := tokens(subject, SubjectFiles, "tenant")
+	return t[0], err
 }
 
 // Limits of a job's files and artifacts that [Job.Validate] enforces.

@@ -27,8 +27,8 @@ const (
 // the fleet's account sees it, jazzmine.sandboxes.<tenant>. Errors wrap
 // [ErrInvalidSubject].
 func ParseSandboxesSubject(subject string) (tenant string, err error) {
-	tenant, _, err = tokens(subject, SubjectSandboxes, "tenant")
-	return tenant, err
+	t, err := tokens(subject, SubjectSandboxes, "tenant")
+	return t[0], err
 }
 
 // SandboxInfo is a sandbox as the catalog describes it to agents: what a

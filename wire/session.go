@@ -2,13 +2,20 @@ package wire
 
 // Sessions: the calls of a session are published on
 // jazzmine.session.<sandbox>.<session_id> and kept in [StreamSessions]; the
-// worker that opened the session takes them, in order, one at a time.
+// worker that opened the session takes them, in order, one at a time. A
+// tenant's calls arrive in the fleet's account as
+// jazzmine.session.<tenant>.<sandbox>.<session_id> (the server writes the
+// tenant token; see deploy/nats/auth.conf): a session id is the tenant's own,
+// and two tenants may use one without meeting.
 const (
 	// SubjectPrefixSession is the prefix of the subjects of session calls.
 	SubjectPrefixSession = "jazzmine.session"
-	// SessionWildcard matches every session call: the subjects of
-	// [StreamSessions].
+	// SessionWildcard matches every session call of the fleet's own account.
 	SessionWildcard = SubjectPrefixSession + ".*.*"
+	// TenantSessionWildcard matches every session call of a tenant, as the
+	// fleet's account sees it. With [SessionWildcard], the subjects of
+	// [StreamSessions].
+	TenantSessionWildcard = SubjectPrefixSession + ".*.*.*"
 	// StreamSessions is the stream of session calls.
 	StreamSessions = "JAZZMINE_SESSIONS"
 )
@@ -20,22 +27,40 @@ func SessionSubject(sandbox, sessionID string) string {
 	return SubjectPrefixSession + "." + sandbox + "." + sessionID
 }
 
-// SessionSandboxWildcard matches the calls of every session of sandbox.
-func SessionSandboxWildcard(sandbox string) string {
-	return SubjectPrefixSession + "." + sandbox + ".*"
+// TenantSessionSubject returns the subject of a session's calls as the
+// fleet's account sees it: jazzmine.session.<tenant>.<sandbox>.<session_id>,
+// or [SessionSubject] for no tenant. All must be valid (see [ValidateID]).
+func TenantSessionSubject(tenant, sandbox, sessionID string) string {
+	if tenant == "" {
+		return SessionSubject(sandbox, sessionID)
+	}
+	return SubjectPrefixSession + "." + tenant + "." + sandbox + "." + sessionID
 }
 
-// ParseSessionSubject returns the sandbox and session id of a subject
-// jazzmine.session.<sandbox>.<session_id>. The error wraps
+// SessionSandboxWildcards match the calls of every session of sandbox, from
+// every tenant: jazzmine.session.<sandbox>.* and jazzmine.session.*.<sandbox>.*.
+func SessionSandboxWildcards(sandbox string) []string {
+	return []string{SubjectPrefixSession + "." + sandbox + ".*", SubjectPrefixSession + ".*." + sandbox + ".*"}
+}
+
+// ParseSessionSubject returns the tenant ("" for none), the sandbox and the
+// session id of a session call's subject as the fleet's account sees it:
+// jazzmine.session.<sandbox>.<session_id>, or
+// jazzmine.session.<tenant>.<sandbox>.<session_id>. The error wraps
 // [ErrInvalidSubject], and [ErrInvalidID] for an invalid token.
-func ParseSessionSubject(subject string) (sandbox, sessionID string, err error) {
-	return tokens(subject, SubjectPrefixSession, "sandbox", "session_id")
+func ParseSessionSubject(subject string) (tenant, sandbox, sessionID string, err error) {
+	t, err := tenantTokens(subject, SubjectPrefixSession, "sandbox", "session_id")
+	return t[0], t[1], t[2], err
 }
 
 // SessionConsumerName is the name of the durable consumer of one session's
-// calls, jazzmine-session-<session_id>.
-func SessionConsumerName(sessionID string) string {
-	return "jazzmine-session-" + sessionID
+// calls: jazzmine-session-<session_id>, or jazzmine-session-<tenant>~<session_id>
+// for a tenant's session ('~' is in no id, so no two sessions share a name).
+func SessionConsumerName(tenant, sessionID string) string {
+	if tenant == "" {
+		return "jazzmine-session-" + sessionID
+	}
+	return "jazzmine-session-" + tenant + "~" + sessionID
 }
 
 // SessionOpenerName is the name of the durable consumer that sees every call

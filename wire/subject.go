@@ -71,8 +71,8 @@ func ExecSubject(sandbox string) string {
 // jazzmine.exec.<sandbox>. The error wraps [ErrInvalidSubject], and also
 // [ErrInvalidID] when the sandbox token is not a valid name.
 func SandboxFromExecSubject(subject string) (string, error) {
-	_, sandbox, err := tokens(subject, SubjectPrefixExec, "sandbox")
-	return sandbox, err
+	t, err := tokens(subject, SubjectPrefixExec, "sandbox")
+	return t[0], err
 }
 
 // ConsumerName returns the name of the durable consumer of sandbox's jobs,
@@ -106,8 +106,8 @@ func CancelSubject(executionID string) string {
 // jazzmine.cancel.<execution_id>. The error wraps [ErrInvalidSubject], and
 // also [ErrInvalidID] when the id token is not a valid id.
 func ExecutionIDFromCancelSubject(subject string) (string, error) {
-	_, id, err := tokens(subject, SubjectPrefixCancel, "execution_id")
-	return id, err
+	t, err := tokens(subject, SubjectPrefixCancel, "execution_id")
+	return t[0], err
 }
 
 // EventMsgID returns the Nats-Msg-Id of an event,
@@ -122,7 +122,8 @@ func EventMsgID(executionID string, attempt int, seq uint64) string {
 // tenant token; see deploy/nats/auth.conf). The error wraps
 // [ErrInvalidSubject], and also [ErrInvalidID] when a token is not a valid id.
 func ParseExecSubject(subject string) (tenant, sandbox string, err error) {
-	return tenantTokens(subject, SubjectPrefixExec, "sandbox")
+	t, err := tenantTokens(subject, SubjectPrefixExec, "sandbox")
+	return t[0], t[1], err
 }
 
 // ReplaySubject returns the subject that asks for the events of an execution
@@ -136,45 +137,49 @@ func ReplaySubject(executionID string) string {
 // replay request's subject as the fleet's account sees it. Errors as
 // [ParseExecSubject].
 func ParseReplaySubject(subject string) (tenant, executionID string, err error) {
-	return tenantTokens(subject, SubjectPrefixReplay, "execution_id")
+	t, err := tenantTokens(subject, SubjectPrefixReplay, "execution_id")
+	return t[0], t[1], err
 }
 
 // ParseCancelSubject returns the tenant ("" for none) and the execution id of a
 // cancel's subject as the fleet's account sees it: jazzmine.cancel.<execution_id>,
 // or jazzmine.cancel.<tenant>.<execution_id>. Errors as [ParseExecSubject].
 func ParseCancelSubject(subject string) (tenant, executionID string, err error) {
-	return tenantTokens(subject, SubjectPrefixCancel, "execution_id")
+	t, err := tenantTokens(subject, SubjectPrefixCancel, "execution_id")
+	return t[0], t[1], err
 }
 
-// tokens returns the first and the last token after prefix in subject,
-// prefix.<names[0]>[.<names[1]>], each a valid id. The last takes the rest
-// of the subject, so that a '.' in it makes an invalid id.
-func tokens(subject, prefix string, names ...string) (first, last string, err error) {
+// tokens returns the tokens after prefix in subject,
+// prefix.<names[0]>[.<names[1]>...], each a valid id, or as many empty strings
+// and an error. The last takes the rest of the subject, so that a '.' in it
+// makes an invalid id.
+func tokens(subject, prefix string, names ...string) ([]string, error) {
 	rest, ok := strings.CutPrefix(subject, prefix+".")
 	t := strings.SplitN(rest, ".", len(names))
 	if !ok || len(t) < len(names) {
-		return "", "", errorf(ErrInvalidSubject, "subject %s is not %s.<%s>", quote(subject), prefix, strings.Join(names, ">.<"))
+		return make([]string, len(names)), errorf(ErrInvalidSubject, "subject %s is not %s.<%s>", quote(subject), prefix, strings.Join(names, ">.<"))
 	}
 	for i, name := range names {
 		if err := ValidateID(name, t[i]); err != nil {
-			return "", "", errorf(ErrInvalidSubject, "subject %s: %w", quote(subject), err)
+			return make([]string, len(names)), errorf(ErrInvalidSubject, "subject %s: %w", quote(subject), err)
 		}
 	}
-	return t[0], t[len(t)-1], nil
+	return t, nil
 }
 
 // tenantTokens returns the valid tokens after prefix in subject:
-// prefix.<tenant>.<last> or prefix.<last>.
-func tenantTokens(subject, prefix, kind string) (tenant, last string, err error) {
+// prefix.<tenant>.<names...> or prefix.<names...>, the tenant first ("" for none).
+func tenantTokens(subject, prefix string, names ...string) ([]string, error) {
 	rest, ok := strings.CutPrefix(subject, prefix+".")
 	switch n := strings.Count(rest, "."); {
-	case ok && n == 0:
-		_, last, err = tokens(subject, prefix, kind)
-		return "", last, err
-	case ok && n == 1:
-		return tokens(subject, prefix, "tenant", kind)
+	case ok && n == len(names)-1:
+		t, err := tokens(subject, prefix, names...)
+		return append([]string{""}, t...), err
+	case ok && n == len(names):
+		return tokens(subject, prefix, append([]string{"tenant"}, names...)...)
 	}
-	return "", "", errorf(ErrInvalidSubject, "subject %s is not %s.<%s> or %s.<tenant>.<%s>", quote(subject), prefix, kind, prefix, kind)
+	shape := strings.Join(names, ">.<")
+	return make([]string, len(names)+1), errorf(ErrInvalidSubject, "subject %s is not %s.<%s> or %s.<tenant>.<%s>", quote(subject), prefix, shape, prefix, shape)
 }
 
 // HeaderCarrier reads and writes message headers (a nats.Header converts to it) for

@@ -138,31 +138,49 @@ func TestTenantSubjectParsers(t *testing.T) {
 
 func TestParseSessionSubject(t *testing.T) {
 	tests := []struct {
-		name               string
-		subject            string
-		sandbox, sessionID string
-		wantErr, badID     bool
+		name                       string
+		subject                    string
+		tenant, sandbox, sessionID string
+		wantErr, badID             bool
 	}{
 		{name: "a session call gives its sandbox and session", subject: "jazzmine.session.py.s-1", sandbox: "py", sessionID: "s-1"},
 		{name: "a call round-trips through SessionSubject", subject: wire.SessionSubject("a_b", "X"), sandbox: "a_b", sessionID: "X"},
+		{name: "a tenant's call gives its tenant too", subject: "jazzmine.session.acme.py.s-1", tenant: "acme", sandbox: "py", sessionID: "s-1"},
+		{name: "a tenant's call round-trips through TenantSessionSubject", subject: wire.TenantSessionSubject("t", "a_b", "X"), tenant: "t", sandbox: "a_b", sessionID: "X"},
+		{name: "no tenant is the fleet's subject", subject: wire.TenantSessionSubject("", "py", "X"), sandbox: "py", sessionID: "X"},
 		{name: "a subject without a session id is rejected", subject: "jazzmine.session.py", wantErr: true},
-		{name: "a session id with a dot is an invalid id", subject: "jazzmine.session.py.a.b", wantErr: true, badID: true},
+		{name: "a subject with more tokens is rejected", subject: "jazzmine.session.t.py.a.b", wantErr: true},
 		{name: "an empty sandbox is an invalid id", subject: "jazzmine.session..s", wantErr: true, badID: true},
+		{name: "an empty tenant is an invalid id", subject: "jazzmine.session..py.s", wantErr: true, badID: true},
 		{name: "a wildcard session is an invalid id", subject: "jazzmine.session.py.*", wantErr: true, badID: true},
+		{name: "a wildcard tenant is an invalid id", subject: "jazzmine.session.*.py.s", wantErr: true, badID: true},
 		{name: "another prefix is rejected", subject: "jazzmine.exec.py.s", wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sandbox, sessionID, err := wire.ParseSessionSubject(tt.subject)
+			tenant, sandbox, sessionID, err := wire.ParseSessionSubject(tt.subject)
 			if tt.wantErr {
 				if !errors.Is(err, wire.ErrInvalidSubject) || errors.Is(err, wire.ErrInvalidID) != tt.badID {
 					t.Errorf("ParseSessionSubject(%q) = %v; want ErrInvalidSubject (and ErrInvalidID: %v)", tt.subject, err, tt.badID)
 				}
 				return
 			}
-			if err != nil || sandbox != tt.sandbox || sessionID != tt.sessionID {
-				t.Errorf("ParseSessionSubject(%q) = %q, %q, %v; want %q, %q", tt.subject, sandbox, sessionID, err, tt.sandbox, tt.sessionID)
+			if err != nil || tenant != tt.tenant || sandbox != tt.sandbox || sessionID != tt.sessionID {
+				t.Errorf("ParseSessionSubject(%q) = %q, %q, %q, %v; want %q, %q, %q", tt.subject, tenant, sandbox, sessionID, err, tt.tenant, tt.sandbox, tt.sessionID)
 			}
 		})
+	}
+}
+
+func TestNoTwoSessionsShareAConsumerName(t *testing.T) {
+	// Ids may hold '-' and '_': a joiner made of them would give tenant "a" with session
+	// "b-c" the name of tenant "a-b" with session "c".
+	names := map[string][2]string{}
+	for _, ts := range [][2]string{{"", "a-b-c"}, {"a", "b-c"}, {"a-b", "c"}, {"a_b", "c"}, {"", "a_b-c"}, {"a", "b"}} {
+		name := wire.SessionConsumerName(ts[0], ts[1])
+		if other, ok := names[name]; ok {
+			t.Errorf("SessionConsumerName(%q, %q) = %q, the name of %q too", ts[0], ts[1], name, other)
+		}
+		names[name] = ts
 	}
 }

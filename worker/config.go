@@ -55,8 +55,8 @@ const (
 	// not in BucketWorkers (one of this fleet that died), and never those of a worker
 	// it does not find (another fleet's, sharing the Docker host).
 	BucketFleet = "jazzmine_fleet"
-	// BucketSessions holds the fleet's sessions, by session id: the worker that holds
-	// each, and whether it ended and why.
+	// BucketSessions holds the fleet's sessions, by session id (<tenant>.<session_id>
+	// for a tenant's): the worker that holds each, and whether it ended and why.
 	BucketSessions = "jazzmine_sessions"
 )
 
@@ -83,6 +83,11 @@ type Sandbox struct {
 	// MaxSessions caps the sessions of the sandbox this worker holds at once; zero
 	// means DefaultSandboxSessions. Each holds a container of the pool.
 	MaxSessions int
+	// TenantSessions caps the sessions of the sandbox that one tenant holds on this
+	// worker at once, so that a tenant does not take every session's room (and its
+	// containers) from the others; the fleet's own account has no cap but
+	// MaxSessions. Zero means half of MaxSessions, rounded up.
+	TenantSessions int
 	// Info is what the fleet's sandbox catalog (wire.SandboxesBucket) says of the
 	// sandbox besides what its containers loaded: its description, limits, packages
 	// and allowed hosts. The worker fills in the name, the tools, Python, the default
@@ -202,6 +207,9 @@ func (c *Config) setDefaults() {
 	for i := range c.Sandboxes {
 		if c.Sandboxes[i].MaxSessions == 0 {
 			c.Sandboxes[i].MaxSessions = DefaultSandboxSessions
+		}
+		if c.Sandboxes[i].TenantSessions == 0 {
+			c.Sandboxes[i].TenantSessions = (c.Sandboxes[i].MaxSessions + 1) / 2
 		}
 	}
 	if c.FilesMaxBytes == 0 {

@@ -26,8 +26,9 @@ import (
 
 // runTenantJob publishes job as tenant would have it arrive in the fleet's account
 // (jazzmine.exec.<tenant>.<sandbox>, the subject the server writes for a tenant's
-// jazzmine.exec.<sandbox>) and returns its events, read from
-// jazzmine.events.<tenant>.<id>.> until script_done.
+// jazzmine.exec.<sandbox>, or jazzmine.session.<tenant>.<sandbox>.<session_id> for a
+// session call) and returns its events, read from jazzmine.events.<tenant>.<id>.>
+// until script_done.
 func runTenantJob(t *testing.T, nc *nats.Conn, tenant string, job wire.Job) []*wire.Event {
 	t.Helper()
 	if job.Sandbox == "" {
@@ -42,8 +43,12 @@ func runTenantJob(t *testing.T, nc *nats.Conn, tenant string, job wire.Job) []*w
 	if err != nil {
 		t.Fatal(err)
 	}
+	subject := "jazzmine.exec." + tenant + "." + job.Sandbox
+	if job.SessionID != "" {
+		subject = wire.TenantSessionSubject(tenant, job.Sandbox, job.SessionID)
+	}
 	a := newAgent(t, nc)
-	if err := a.publish("jazzmine.exec."+tenant+"."+job.Sandbox, data, map[string]string{wire.HeaderMsgID: job.ExecutionID, wire.HeaderContentType: wire.ContentTypeJSON}); err != nil {
+	if err := a.publish(subject, data, map[string]string{wire.HeaderMsgID: job.ExecutionID, wire.HeaderContentType: wire.ContentTypeJSON}); err != nil {
 		t.Fatal(err)
 	}
 	var evs []*wire.Event

@@ -201,7 +201,7 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 func decode(sandbox string, msg message, maxScript int) (job *wire.Job, ref execRef, ct string, err error) {
 	hdr := msg.Headers()
 	headerID := hdr.Get(wire.HeaderMsgID)
-	ref.tenant, _, _ = wire.ParseExecSubject(msg.Subject()) // the consumer's filters match no other shape
+	ref.tenant = tenantOf(msg.Subject())
 	ct, err = wire.ParseContentType(hdr.Get(wire.HeaderContentType))
 	if err != nil {
 		return nil, execRef{ref.tenant, ownedID(nil, headerID)}, wire.ContentTypeJSON, err // its own encoding is unknown: answer in the readable one
@@ -420,7 +420,7 @@ func (pr *processor) endCancelled(ctx context.Context, p *publisher, log *slog.L
 // sameSession checks that a session call came on its session's subject, and that a
 // job on a sandbox's subject names no session.
 func sameSession(subject string, job *wire.Job) error {
-	_, id, err := wire.ParseSessionSubject(subject)
+	_, _, id, err := wire.ParseSessionSubject(subject)
 	switch {
 	case err != nil && job.SessionID != "":
 		return fmt.Errorf("session_id %q: a session's calls are published on %s", job.SessionID, wire.SessionSubject(job.Sandbox, job.SessionID))

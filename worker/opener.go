@@ -43,7 +43,7 @@ type view struct {
 	readAfter uint64
 }
 
-// views are an opener's views, by session id. A view's entry and floor are read
+// views are an opener's views, by session key. A view's entry and floor are read
 // again once older than viewAge, or when what the opener does depends on their being
 // current: a floor only grows and an ended entry stays ended, so an older view may
 // hold a call but never acks one it should not.
@@ -69,8 +69,8 @@ func (s *sessions) open(ctx context.Context, sandbox string, cons jetstream.Cons
 
 // view returns the opener's view of session id, read again when it is older than
 // viewAge or current is set. A session with no entry has no view kept.
-func (s *sessions) view(ctx context.Context, id string, vs *views, current bool) (*view, error) {
-	v := vs.m[id]
+func (s *sessions) view(ctx context.Context, id sessionRef, vs *views, current bool) (*view, error) {
+	v := vs.m[id.key()]
 	if v != nil && !current && time.Since(v.read) < viewAge {
 		return v, nil
 	}
@@ -83,7 +83,7 @@ func (s *sessions) view(ctx context.Context, id string, vs *views, current bool)
 	}
 	v.entry, v.rev, v.written, v.read, v.readAfter = entry, rev, written, time.Now(), vs.seen
 	if entry != nil && entry.State == sessionOpen {
-		if c, err := s.js.Consumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id)); err == nil {
+		if c, err := s.js.Consumer(ctx, wire.StreamSessions, id.consumer()); err == nil {
 			v.floor, v.known = max(v.floor, c.CachedInfo().AckFloor.Stream), true
 		}
 	}
@@ -91,7 +91,7 @@ func (s *sessions) view(ctx context.Context, id string, vs *views, current bool)
 		if len(vs.m) >= viewsMax {
 			clear(vs.m)
 		}
-		vs.m[id] = v
+		vs.m[id.key()] = v
 	}
 	return v, nil
 }
@@ -101,10 +101,13 @@ func (s *sessions) view(ctx context.Context, id string, vs *views, current bool)
 // one of the rules above acks it, or ends the session if its owner died; a call of an
 // ended session gets session_lost.
 func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, vs *views) {
-	_, id, err := wire.ParseSessionSubject(msg.Subject())
+	tenant, _, sid, err := wire.ParseSessionSubject(msg.Subject())
+	id := sessionRef{tenant, sid}
 	meta, merr := msg.Metadata()
-	if err != nil || merr != nil { // the stream takes no other subject
-		_ = msg.Term()
+	if err != nil || merr != nil {
+		// A subject that names no session (a tenant's literal '*' token): nobody will
+		// ever run it, and it would hold room in the stream until its max age.
+		s.done(msg)
 		return
 	}
 	seq := meta.Sequence.Stream
@@ -120,7 +123,7 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 		v, err = s.view(ctx, id, vs, true)
 	}
 	if err != nil {
-		s.log.Warn("look up a session", "session_id", id, "err", err)
+		s.log.Warn("look up a session", "session_id", id.key(), "err", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
@@ -130,7 +133,7 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 		s.done(msg)
 		return
 	case entry == nil:
-		switch answered, err := s.events.ended(ctx, key); {
+		switch answered, err := s.events.ended(ctx, execRef{tenant, key}.key()); {
 		case err != nil:
 			_ = msg.NakWithDelay(time.Second) // not claimed on a guess: it may have run
 		case answered:
@@ -140,7 +143,7 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 		}
 		return
 	case entry.Sandbox != sandbox:
-		s.answerDone(sandbox, msg, wire.KindInvalidJob, fmt.Sprintf("session %s is a session of sandbox %s, not %s: a session id is the fleet's, use a new one", id, entry.Sandbox, sandbox))
+		s.answerDone(sandbox, msg, wire.KindInvalidJob, fmt.Sprintf("session %s is a session of sandbox %s, not %s: a session id is one session's, use a new one", id.id, entry.Sandbox, sandbox))
 		return
 	case entry.State == sessionOpen && v.floor >= seq:
 		s.done(msg) // its owner ran it
@@ -159,7 +162,7 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 		return
 	}
 	if valid {
-		if err := s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id, entry.Reason)); err != nil {
+		if err := s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id.id, entry.Reason)); err != nil {
 			_ = msg.NakWithDelay(time.Second)
 			return
 		}
@@ -213,14 +216,14 @@ func (s *sessions) dropThrough(h *session, msg jetstream.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.purge(ctx, h.sandbox, h.id, meta.Sequence.Stream); err != nil {
-		s.log.Debug("drop a session's calls", "session_id", h.id, "through", meta.Sequence.Stream, "err", err)
+	if err := s.purge(ctx, h.sandbox, h.ref, meta.Sequence.Stream); err != nil {
+		s.log.Debug("drop a session's calls", "session_id", h.ref.key(), "through", meta.Sequence.Stream, "err", err)
 	}
 }
 
 // purge deletes the calls of session id up to stream sequence through.
-func (s *sessions) purge(ctx context.Context, sandbox, id string, through uint64) error {
-	return s.stream.Purge(ctx, jetstream.WithPurgeSubject(wire.SessionSubject(sandbox, id)), jetstream.WithPurgeSequence(through+1))
+func (s *sessions) purge(ctx context.Context, sandbox string, id sessionRef, through uint64) error {
+	return s.stream.Purge(ctx, jetstream.WithPurgeSubject(id.subject(sandbox)), jetstream.WithPurgeSequence(through+1))
 }
 
 // hold looks at the call again later, and notes it held.
@@ -237,12 +240,12 @@ func watchDelay(meta *jetstream.MsgMetadata) time.Duration {
 
 // endDead ends the open session of view v, whose owner died, and finishes its end in
 // the background.
-func (s *sessions) endDead(ctx context.Context, sandbox, id string, v *view) {
+func (s *sessions) endDead(ctx context.Context, sandbox string, id sessionRef, v *view) {
 	e := &sessionEntry{Worker: v.entry.Worker, Sandbox: sandbox, State: sessionEnded, Reason: fmt.Sprintf("its worker %s died", v.entry.Worker)}
 	if v.known {
 		e.From = v.floor + 1
 	}
-	if _, err := s.kv.Update(ctx, id, mustJSON(e), v.rev); err != nil {
+	if _, err := s.kv.Update(ctx, id.key(), mustJSON(e), v.rev); err != nil {
 		return // someone else changed it: the next look sees what
 	}
 	s.finishLater(ctx, sandbox, id, e)
@@ -250,22 +253,22 @@ func (s *sessions) endDead(ctx context.Context, sandbox, id string, v *view) {
 
 // finishLater runs finish in the background, once at a time per session on this
 // worker, until it is done or ctx ends.
-func (s *sessions) finishLater(ctx context.Context, sandbox, id string, e *sessionEntry) {
+func (s *sessions) finishLater(ctx context.Context, sandbox string, id sessionRef, e *sessionEntry) {
 	s.mu.Lock()
-	if s.finishing[id] || s.stopped {
+	if s.finishing[id.key()] || s.stopped {
 		s.mu.Unlock()
 		return
 	}
-	s.finishing[id] = true
+	s.finishing[id.key()] = true
 	s.loops.Add(1)
 	s.mu.Unlock()
 	go func() {
 		defer s.loops.Done()
 		if err := s.finish(ctx, sandbox, id, e); err != nil && ctx.Err() == nil {
-			s.log.Warn("answer the calls an ended session left", "session_id", id, "err", err)
+			s.log.Warn("answer the calls an ended session left", "session_id", id.key(), "err", err)
 		}
 		s.mu.Lock()
-		delete(s.finishing, id)
+		delete(s.finishing, id.key())
 		s.mu.Unlock()
 	}()
 }
@@ -274,8 +277,8 @@ func (s *sessions) finishLater(ctx context.Context, sandbox, id string, e *sessi
 // wrongly found dead takes no more calls), every call it left gets session_lost
 // (answerAll) and its entry then says so (Answered). Anyone may finish an end, as
 // often as it takes: a call with an end is not answered again.
-func (s *sessions) finish(ctx context.Context, sandbox, id string, e *sessionEntry) error {
-	if err := s.js.DeleteConsumer(ctx, wire.StreamSessions, wire.SessionConsumerName(id)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+func (s *sessions) finish(ctx context.Context, sandbox string, id sessionRef, e *sessionEntry) error {
+	if err := s.js.DeleteConsumer(ctx, wire.StreamSessions, id.consumer()); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete the session's consumer: %w", err)
 	}
 	through, err := s.answerAll(ctx, sandbox, id, e.Reason, e.From)
@@ -295,14 +298,14 @@ func (s *sessions) finish(ctx context.Context, sandbox, id string, e *sessionEnt
 }
 
 // answered says in ended session id's entry that every call it left has its end.
-func (s *sessions) answered(ctx context.Context, id string) error {
+func (s *sessions) answered(ctx context.Context, id sessionRef) error {
 	for range 3 {
 		cur, rev, _, err := s.entry(ctx, id)
 		if err != nil || cur == nil || cur.State != sessionEnded || cur.Answered {
 			return err
 		}
 		cur.Answered = true
-		if _, err := s.kv.Update(ctx, id, mustJSON(cur), rev); err == nil {
+		if _, err := s.kv.Update(ctx, id.key(), mustJSON(cur), rev); err == nil {
 			return nil
 		}
 	}
@@ -315,11 +318,11 @@ func (s *sessions) answered(ctx context.Context, id string) error {
 // the entry did not know the owner's ack floor), from the first, but for calls older
 // than the events' age: they ran or were answered long since, and their events may
 // be gone.
-func (s *sessions) answerAll(ctx context.Context, sandbox, id, reason string, from uint64) (uint64, error) {
-	text := fmt.Sprintf("session %s ended: %s", id, reason)
+func (s *sessions) answerAll(ctx context.Context, sandbox string, id sessionRef, reason string, from uint64) (uint64, error) {
+	text := fmt.Sprintf("session %s ended: %s", id.id, reason)
 	through := max(from, 1) - 1 // its owner acked the calls before from
 	var aerr error
-	_, err := scan(ctx, s.stream, wire.SessionSubject(sandbox, id), from, math.MaxInt, func(m *jetstream.RawStreamMsg) bool {
+	_, err := scan(ctx, s.stream, id.subject(sandbox), from, math.MaxInt, func(m *jetstream.RawStreamMsg) bool {
 		if from > 0 || time.Since(m.Time) < s.cfg.EventsMaxAge {
 			if aerr = s.answer(sandbox, storedMsg{m}, wire.KindSessionLost, text); aerr != nil {
 				return false
@@ -338,36 +341,36 @@ func (s *sessions) answerAll(ctx context.Context, sandbox, id, reason string, fr
 // leaves it to another worker (a nak) until the last delivery, which answers the call
 // with session_limit and ends the session before it began. The call that opened the
 // session is held as any other.
-func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.Msg, meta *jetstream.MsgMetadata, vs *views) {
+func (s *sessions) claim(ctx context.Context, sandbox string, id sessionRef, msg jetstream.Msg, meta *jetstream.MsgMetadata, vs *views) {
 	last := int(meta.NumDelivered) >= s.cfg.MaxDeliver
-	if !s.room(sandbox) {
-		s.log.Debug("no room for a session here", "session_id", id, "sandbox", sandbox, "last_delivery", last)
+	if full := s.room(sandbox, id); full != "" {
+		s.log.Debug("no room for a session here", "session_id", id.key(), "sandbox", sandbox, "limit", full, "last_delivery", last)
 		if !last {
 			_ = msg.NakWithDelay(200 * time.Millisecond)
 			return
 		}
 		// Answered: no call of the session was acked before it was claimed. Another
 		// worker may have ended or claimed it meanwhile: the next look reads which.
-		reason := "no worker had room for it (session limits)"
-		if _, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionEnded, Reason: reason, Answered: true})); err != nil {
+		reason := "no worker had room for it (session limits: the last worker asked " + full + ")"
+		if _, err := s.kv.Create(ctx, id.key(), mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionEnded, Reason: reason, Answered: true})); err != nil {
 			_ = msg.NakWithDelay(50 * time.Millisecond)
 			return
 		}
-		s.answerDone(sandbox, msg, wire.KindSessionLimit, fmt.Sprintf("session %s could not be opened: %s", id, reason))
+		s.answerDone(sandbox, msg, wire.KindSessionLimit, fmt.Sprintf("session %s could not be opened: %s", id.id, reason))
 		return
 	}
-	rev, err := s.kv.Create(ctx, id, mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionOpen}))
+	rev, err := s.kv.Create(ctx, id.key(), mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionOpen}))
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
-			s.log.Warn("claim a session", "session_id", id, "err", err)
+			s.log.Warn("claim a session", "session_id", id.key(), "err", err)
 		}
 		_ = msg.NakWithDelay(50 * time.Millisecond) // another worker claimed it first: see it again
 		return
 	}
 	if err := s.begin(ctx, sandbox, id, rev); err != nil {
-		s.log.Warn("open a session", "session_id", id, "sandbox", sandbox, "err", err)
-		answered := s.answer(sandbox, msg, wire.KindInfrastructure, fmt.Sprintf("session %s could not be opened: %v", id, err))
-		s.end(context.Background(), &session{id: id, sandbox: sandbox}, "it could not be opened: "+err.Error())
+		s.log.Warn("open a session", "session_id", id.key(), "sandbox", sandbox, "err", err)
+		answered := s.answer(sandbox, msg, wire.KindInfrastructure, fmt.Sprintf("session %s could not be opened: %v", id.id, err))
+		s.end(context.Background(), &session{ref: id, sandbox: sandbox}, "it could not be opened: "+err.Error())
 		if answered != nil {
 			_ = msg.NakWithDelay(time.Second) // session_lost on the next look
 			return
@@ -382,18 +385,32 @@ func (s *sessions) claim(ctx context.Context, sandbox, id string, msg jetstream.
 	_ = msg.NakWithDelay(watchDelay(meta))
 }
 
-// room reports whether this worker may open another session of sandbox.
-func (s *sessions) room(sandbox string) bool {
+// room says why this worker may not open session id of sandbox now ("held 4
+// sessions of sandbox py, its limit"), or "".
+func (s *sessions) room(sandbox string, id sessionRef) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped || len(s.held) >= s.cfg.MaxSessions {
-		return false
+	if s.stopped {
+		return "was stopping"
 	}
-	n := 0
+	if len(s.held) >= s.cfg.MaxSessions {
+		return fmt.Sprintf("held %d sessions, its limit", len(s.held))
+	}
+	sb := s.cfg.sandbox(sandbox)
+	n, ofTenant := 0, 0
 	for _, h := range s.held {
 		if h.sandbox == sandbox {
 			n++
+			if h.ref.tenant == id.tenant {
+				ofTenant++
+			}
 		}
 	}
-	return n < s.cfg.sandbox(sandbox).MaxSessions
+	switch {
+	case n >= sb.MaxSessions:
+		return fmt.Sprintf("held %d sessions of sandbox %s, its limit", n, sandbox)
+	case id.tenant != "" && ofTenant >= sb.TenantSessions:
+		return fmt.Sprintf("held %d sessions of sandbox %s of this tenant, its limit for one tenant", ofTenant, sandbox)
+	}
+	return ""
 }

@@ -315,7 +315,7 @@ func TestOpenerAFullStreamOfAnEarlierVersionRefusesNoCall(t *testing.T) {
 		publishCall(t, js, client.NewExecutionID(), client.NewExecutionID(), "pass")
 	}
 	// The earlier fleet's opener had seen them all.
-	if _, err := js.CreateConsumer(ctx, wire.StreamSessions, jetstream.ConsumerConfig{Durable: wire.SessionOpenerName("default"), FilterSubject: wire.SessionSandboxWildcard("default"), DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+	if _, err := js.CreateConsumer(ctx, wire.StreamSessions, jetstream.ConsumerConfig{Durable: wire.SessionOpenerName("default"), FilterSubject: "jazzmine.session.default.*", DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 		t.Fatal(err)
 	}
 	testworker.Start(t, nc, testworker.Options{Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: func(c *worker.Config) { c.MaxBacklog, c.TenantBacklog = 40, 20 }})

@@ -16,7 +16,8 @@ import (
 	"github.com/jazzmine/worker/wire"
 )
 
-// Sessions. A session's calls are published on jazzmine.session.<sandbox>.<id> and
+// Sessions. A session's calls are published on jazzmine.session.<sandbox>.<id>
+// (jazzmine.session.<tenant>.<sandbox>.<id> from a tenant) and
 // kept in StreamSessions. Two kinds of consumers read them:
 //
 //   - per sandbox, the fleet's opener (wire.SessionOpenerName) sees every call once,
@@ -38,7 +39,7 @@ const (
 	sessionEnded = "ended"
 )
 
-// sessionEntry is a session's entry in BucketSessions, keyed by its id.
+// sessionEntry is a session's entry in BucketSessions, keyed by its key (sessionRef).
 type sessionEntry struct {
 	Worker  string `json:"worker"`
 	Sandbox string `json:"sandbox"`
@@ -64,7 +65,7 @@ type sessions struct {
 	openers map[string]jetstream.Consumer
 
 	mu        sync.Mutex
-	held      map[string]*session // by session id
+	held      map[string]*session // by session key
 	finishing map[string]bool     // ended sessions whose calls this worker answers (opener.go)
 	stopped   bool
 	loops     sync.WaitGroup // openers, session loops and the answering of ended sessions
@@ -72,12 +73,13 @@ type sessions struct {
 
 // session is one session this worker holds.
 type session struct {
-	id, sandbox string
-	lease       *sandboxpool.Lease
-	cons        jetstream.Consumer
-	opened      time.Time
-	rev         uint64 // of its entry when it was claimed
-	ended       string // why it ended, once it has; set by the session's own loop
+	ref     sessionRef
+	sandbox string
+	lease   *sandboxpool.Lease
+	cons    jetstream.Consumer
+	opened  time.Time
+	rev     uint64 // of its entry when it was claimed
+	ended   string // why it ended, once it has; set by the session's own loop
 	// taken says why the fleet ended the session, its owner taken for dead (touch);
 	// the fleet answers its calls.
 	taken chan string
@@ -106,7 +108,7 @@ func (s *sessions) stop() {
 
 // begin takes a container for the session and starts its loop on a consumer of its
 // calls; rev is the revision of the entry that claimed it.
-func (s *sessions) begin(ctx context.Context, sandbox, id string, rev uint64) error {
+func (s *sessions) begin(ctx context.Context, sandbox string, id sessionRef, rev uint64) error {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.AckWait)
 	defer cancel()
 	lease, err := s.cfg.Pool.Checkout(cctx, sandbox)
@@ -114,9 +116,9 @@ func (s *sessions) begin(ctx context.Context, sandbox, id string, rev uint64) er
 		return err
 	}
 	cons, err := s.js.CreateOrUpdateConsumer(cctx, wire.StreamSessions, jetstream.ConsumerConfig{
-		Durable:       wire.SessionConsumerName(id),
-		Description:   "calls of session " + id,
-		FilterSubject: wire.SessionSubject(sandbox, id),
+		Durable:       id.consumer(),
+		Description:   "calls of session " + id.key(),
+		FilterSubject: id.subject(sandbox),
 		// From the session's first call, whichever call claimed it: a call that
 		// another worker nakked at its limits is earlier than the one that claimed the
 		// session here. Calls that have their end (refused ones) are skipped
@@ -134,9 +136,9 @@ func (s *sessions) begin(ctx context.Context, sandbox, id string, rev uint64) er
 		lease.Release()
 		return err
 	}
-	h := &session{id: id, sandbox: sandbox, lease: lease, cons: cons, opened: time.Now(), rev: rev, taken: make(chan string, 1)}
+	h := &session{ref: id, sandbox: sandbox, lease: lease, cons: cons, opened: time.Now(), rev: rev, taken: make(chan string, 1)}
 	s.mu.Lock()
-	s.held[id] = h
+	s.held[id.key()] = h
 	s.mu.Unlock()
 	s.loops.Add(1)
 	go s.serve(h)
@@ -215,14 +217,14 @@ func (s *sessions) end(ctx context.Context, h *session, reason string) {
 			e.From = info.AckFloor.Stream + 1
 		}
 	}
-	if _, err := s.kv.Put(ctx, h.id, mustJSON(e)); err != nil {
-		s.log.Warn("mark a session ended", "session_id", h.id, "err", err)
+	if _, err := s.kv.Put(ctx, h.ref.key(), mustJSON(e)); err != nil {
+		s.log.Warn("mark a session ended", "session_id", h.ref.key(), "err", err)
 	}
 	// Calls that came before the entry said ended were left to this consumer by the
 	// opener: they get their session_lost here, or, should this worker stop first,
 	// from an opener (opener.go).
-	if err := s.finish(ctx, h.sandbox, h.id, e); err != nil {
-		s.log.Warn("answer the calls left in an ended session; an opener will finish it", "session_id", h.id, "err", err)
+	if err := s.finish(ctx, h.sandbox, h.ref, e); err != nil {
+		s.log.Warn("answer the calls left in an ended session; an opener will finish it", "session_id", h.ref.key(), "err", err)
 	}
 	s.release(h, reason)
 }
@@ -234,15 +236,15 @@ func (s *sessions) release(h *session, reason string) {
 		h.lease.Release()
 	}
 	s.mu.Lock()
-	delete(s.held, h.id)
+	delete(s.held, h.ref.key())
 	s.mu.Unlock()
-	s.log.Info("session ended", "session_id", h.id, "sandbox", h.sandbox, "reason", reason)
+	s.log.Info("session ended", "session_id", h.ref.key(), "sandbox", h.sandbox, "reason", reason)
 }
 
 // entry returns the session's entry, its revision and when it was written, or nil
 // when it has none.
-func (s *sessions) entry(ctx context.Context, id string) (*sessionEntry, uint64, time.Time, error) {
-	kve, err := s.kv.Get(ctx, id)
+func (s *sessions) entry(ctx context.Context, id sessionRef) (*sessionEntry, uint64, time.Time, error) {
+	kve, err := s.kv.Get(ctx, id.key())
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return nil, 0, time.Time{}, nil
 	}
@@ -251,7 +253,7 @@ func (s *sessions) entry(ctx context.Context, id string) (*sessionEntry, uint64,
 	}
 	var e sessionEntry
 	if err := json.Unmarshal(kve.Value(), &e); err != nil {
-		return nil, 0, time.Time{}, fmt.Errorf("session %s: entry %q: %w", id, kve.Value(), err)
+		return nil, 0, time.Time{}, fmt.Errorf("session %s: entry %q: %w", id.key(), kve.Value(), err)
 	}
 	return &e, kve.Revision(), kve.Created(), nil
 }
@@ -263,17 +265,17 @@ const (
 	sessionTouchTimeout = 3 * sessionTouch
 )
 
-// alive reports whether the owner of open session sessionID, whose entry was written
+// alive reports whether the owner of open session id, whose entry was written
 // at touched, still holds it: this worker, if it holds it (a worker restarted under
 // its old id holds none of its sessions); another, if it wrote the entry lately. Its
 // worker's liveness key is not enough: a worker that missed a refresh would see its
 // running call answered by another, and a dead worker's undelivered call is
 // indistinguishable from a running one in its consumer.
-func (s *sessions) alive(entry *sessionEntry, sessionID string, touched time.Time) bool {
+func (s *sessions) alive(entry *sessionEntry, id sessionRef, touched time.Time) bool {
 	if entry.Worker == s.cfg.WorkerID {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.held[sessionID] != nil
+		return s.held[id.key()] != nil
 	}
 	return time.Since(touched) < sessionTouchTimeout
 }
@@ -292,17 +294,17 @@ func (s *sessions) touch(h *session, rev uint64, stop <-chan struct{}) {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), sessionTouch)
-			next, err := s.kv.Update(ctx, h.id, entry, rev)
+			next, err := s.kv.Update(ctx, h.ref.key(), entry, rev)
 			if err == nil {
 				rev = next
-			} else if e, _, _, gerr := s.entry(ctx, h.id); gerr == nil && e != nil && e.State == sessionEnded {
+			} else if e, _, _, gerr := s.entry(ctx, h.ref); gerr == nil && e != nil && e.State == sessionEnded {
 				// The fleet took this worker for dead (it could not write for a
 				// while) and ended the session; it holds the container for nothing.
 				h.taken <- "the fleet ended it: " + e.Reason
 				cancel()
 				return
 			} else {
-				s.log.Warn("refresh a session's entry", "session_id", h.id, "err", err)
+				s.log.Warn("refresh a session's entry", "session_id", h.ref.key(), "err", err)
 			}
 			cancel()
 		}
@@ -365,7 +367,7 @@ func (pr *processor) inSession(ctx context.Context, sess *session, job *wire.Job
 	if pr.handOver(ctx, ref, res, err, log) {
 		// Not back to the queue: the session is gone with this worker.
 		sess.ended = "its worker shut down during a call"
-		if perr := p.terminal(wire.KindSessionLost, "session "+sess.id+" ended: "+sess.ended); perr != nil {
+		if perr := p.terminal(wire.KindSessionLost, "session "+sess.ref.id+" ended: "+sess.ended); perr != nil {
 			return outUnstored, truncateReason(perr.Error())
 		}
 		return outRan, ""

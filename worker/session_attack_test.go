@@ -464,3 +464,61 @@ func TestSessionAttackACallWithNoValidIDOpensNothing(t *testing.T) {
 	}
 	mustSucceed(t, call(t, s, "emit_result(1)")) // its first real call opens it
 }
+
+// TestSessionAttackTenantsShareNoSessionAndNoTenantTakesEveryRoom: on a fleet with
+// tenants, a tenant's session calls arrive as
+// jazzmine.session.<tenant>.<sandbox>.<session_id> (the server writes the tenant). A
+// tenant that uses another's session id, known or guessed, would run in that
+// session's process, reading and changing its state, if session ids were the
+// fleet's. Each tenant's ids are its own: the attacker's call opens a session of
+// its own, sees nothing of the victim's, and closing it leaves the victim's open;
+// the fleet's own account has its own too. And one tenant holds at most half of a
+// sandbox's sessions on a worker: past that its next session fails with
+// session_limit, saying so, and another tenant still opens one.
+func TestSessionAttackTenantsShareNoSessionAndNoTenantTakesEveryRoom(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 4, nil) // 4 sessions of the sandbox, 2 a tenant
+	run := func(tenant, session, script string, close bool) (bool, string, string, any) {
+		t.Helper()
+		evs := runTenantJob(t, nc, tenant, wire.Job{ExecutionID: client.NewExecutionID(), Sandbox: "default", SessionID: session, SessionClose: close, Mode: wire.ModeInteractive, Script: script})
+		done := evs[len(evs)-1]
+		kind := ""
+		for _, ev := range evs {
+			if ev.Type == wire.EventError {
+				kind = ev.Kind
+			}
+		}
+		return done.Success, kind, done.Error, done.FinalData
+	}
+	if ok, kind, msg, _ := run("alpha", "s1", "secret = 'alpha'\nimport os\nopen('secret.txt', 'w').write(secret)", false); !ok {
+		t.Fatalf("alpha's first call: %s: %s", kind, msg)
+	}
+	probe := "import os\nemit_result(['secret' in globals(), os.path.exists('secret.txt')])"
+	if ok, kind, msg, got := run("beta", "s1", probe, false); !ok || fmt.Sprint(got) != "[false false]" {
+		t.Errorf("beta's call on alpha's session id: %v %s %s, saw %v; want a session of its own, seeing nothing", ok, kind, msg, got)
+	}
+	c := newSessionClient(t, nc)
+	own := c.NewSession("default")
+	own.ID = "s1"
+	if got := mustSucceed(t, call(t, own, probe)).FinalData; fmt.Sprint(got) != "[false false]" {
+		t.Errorf("the fleet's own session s1 saw %v", got)
+	}
+	if ok, kind, msg, _ := run("beta", "s1", "", true); !ok {
+		t.Errorf("beta closing its s1: %s: %s", kind, msg)
+	}
+	if ok, kind, msg, got := run("alpha", "s1", "emit_result(secret)", false); !ok || got != "alpha" {
+		t.Errorf("alpha's s1 after beta closed its own s1: %v %s %s, %v; want its state", ok, kind, msg, got)
+	}
+
+	// Alpha holds s1 and s2, its half of the sandbox's 4; s3 is one too many.
+	if ok, kind, msg, _ := run("alpha", "s2", "x = 2", false); !ok {
+		t.Fatalf("alpha's second session: %s: %s", kind, msg)
+	}
+	ok, kind, msg, _ := run("alpha", "s3", "x = 3", false)
+	if ok || kind != wire.KindSessionLimit || !strings.Contains(msg, "of this tenant") {
+		t.Errorf("alpha's third session: %v %s: %s; want session_limit naming the tenant's limit", ok, kind, msg)
+	}
+	if ok, kind, msg, _ := run("beta", "s9", "x = 9", false); !ok {
+		t.Errorf("beta's session while alpha is at its limit: %s: %s", kind, msg)
+	}
+}

@@ -299,7 +299,7 @@ func TestAWorkerStartsOverAnOpenerOfAnEarlierVersion(t *testing.T) {
 	nc, js := sessionsStreamOfEarlierFleet(t)
 	name := wire.SessionOpenerName("default")
 	if _, err := js.CreateConsumer(t.Context(), wire.StreamSessions, jetstream.ConsumerConfig{
-		Durable: name, FilterSubject: wire.SessionSandboxWildcard("default"), DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: name, FilterSubject: "jazzmine.session.default.*", DeliverPolicy: jetstream.DeliverNewPolicy, AckPolicy: jetstream.AckExplicitPolicy,
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -40,9 +40,36 @@ func tenantExecSubjects(sandbox string) []string {
 	return []string{wire.ExecSubject(sandbox), wire.SubjectPrefixExec + ".*." + sandbox}
 }
 
+// tenantOf returns the tenant of a job's subject or a session call's, as the fleet's
+// account sees it ("" for none): the consumers' filters match no other shapes.
+func tenantOf(subject string) string {
+	if tenant, _, _, err := wire.ParseSessionSubject(subject); err == nil {
+		return tenant
+	}
+	tenant, _, _ := wire.ParseExecSubject(subject)
+	return tenant
+}
+
 // parseCancelSubject returns the execution a cancel names, from its subject
 // jazzmine.cancel.<id> or jazzmine.cancel.<tenant>.<id>.
 func parseCancelSubject(subject string) (execRef, error) {
 	tenant, id, err := wire.ParseCancelSubject(subject)
 	return execRef{tenant, id}, err
 }
+
+// sessionRef names a session of the fleet: its tenant ("" for the fleet's own
+// account) and its id, the tenant's own choice. Its key, <tenant>.<id> or <id>, keys
+// its entry in BucketSessions and this worker's maps; its id alone is what the
+// tenant's agents know it by.
+type sessionRef execRef
+
+func (r sessionRef) key() string { return execRef(r).key() }
+
+// subject is the subject of the session's calls of sandbox, as the fleet's account
+// sees it.
+func (r sessionRef) subject(sandbox string) string {
+	return wire.TenantSessionSubject(r.tenant, sandbox, r.id)
+}
+
+// consumer is the name of the session's own consumer.
+func (r sessionRef) consumer() string { return wire.SessionConsumerName(r.tenant, r.id) }

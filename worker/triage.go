@@ -51,7 +51,7 @@ func (t *triage) see(m *nats.Msg) {
 		// A subject no consumer can ever match (a literal wildcard, a character no
 		// sandbox name has): nothing would take it, and it would hold backlog room
 		// for good.
-		t.bg.run(tenantToken(m.Subject), m, t.purgeSoon)
+		t.bg.run(tenantToken(m.Subject, 3), m, t.purgeSoon)
 		return
 	}
 	if t.served[sandbox] {
@@ -81,12 +81,14 @@ func (t *triage) unknown(tenant, sandbox string, m *nats.Msg) {
 	}
 }
 
-// tenantToken is the tenant token of a job subject that does not parse: the third
-// token of jazzmine.exec.<tenant>.<...> (or "" for a subject of three tokens), so
-// that its purge is queued as that tenant's background work.
-func tenantToken(subject string) string {
+// tenantToken is the tenant token of a subject that does not parse: the third token
+// of jazzmine.exec.<tenant>.<...> or jazzmine.session.<tenant>.<...>, or "" for a
+// subject of no more than the plain tokens of the fleet's own account (3 for a job,
+// 4 for a session call), so that its removal is queued as that tenant's background
+// work.
+func tenantToken(subject string, plain int) string {
 	tokens := strings.Split(subject, ".")
-	if len(tokens) < 4 {
+	if len(tokens) <= plain {
 		return ""
 	}
 	return tokens[2]
@@ -172,13 +174,19 @@ func identify(h nats.Header, data []byte) (id, ct string, meta map[string]string
 // calls, a review's attack). Should an opener come first, it skips it, since it has
 // its end (opener.go).
 func (t *triage) seeSession(m *nats.Msg) {
-	sandbox, _, err := wire.ParseSessionSubject(m.Subject)
-	if err != nil || t.served[sandbox] {
+	tenant, sandbox, _, err := wire.ParseSessionSubject(m.Subject)
+	switch {
+	case err != nil:
+		// A call no opener can take apart (a tenant's literal '*' token), which
+		// would hold room in the stream until its max age.
+		t.bg.run(tenantToken(m.Subject, 4), m, func(ctx context.Context) { t.dropCall(ctx, m) })
+		return
+	case t.served[sandbox]:
 		return
 	}
-	t.bg.run("", m, func(ctx context.Context) {
+	t.bg.run(tenant, m, func(ctx context.Context) {
 		if _, err := t.js.Consumer(ctx, wire.StreamSessions, wire.SessionOpenerName(sandbox)); errors.Is(err, jetstream.ErrConsumerNotFound) {
-			t.unknown("", sandbox, m)
+			t.unknown(tenant, sandbox, m)
 			t.dropCall(ctx, m)
 		}
 	})
@@ -197,7 +205,8 @@ func (t *triage) dropCall(ctx context.Context, m *nats.Msg) {
 			sleep(ctx, 100*time.Millisecond)
 		}
 		_, _ = scan(ctx, stream, m.Subject, 0, literalDeleteMax, func(got *jetstream.RawStreamMsg) bool {
-			if found = got.Header.Get(wire.HeaderMsgID) == id; found {
+			// The subject may hold a literal wildcard, which the filter takes as one.
+			if found = got.Subject == m.Subject && got.Header.Get(wire.HeaderMsgID) == id; found {
 				_ = stream.DeleteMsg(ctx, got.Sequence)
 			}
 			return !found

@@ -192,6 +192,41 @@ func TestMCPServesTheFleet(t *testing.T) {
 	}
 }
 
+// TestMCPServesATenant runs `worker mcp --nkey` with a tenant's credentials, on a
+// server with the accounts `worker nats-auth` renders: the tenant's account reaches
+// the fleet only through its imports. The catalog, a displayed image and an artifact
+// (the workers' chunk service) and a session that keeps its state all work.
+func TestMCPServesATenant(t *testing.T) {
+	url, workerSeed, seeds := testenv.TenantsNATS(t, "acme")
+	wnc := testenv.ConnectSeed(t, url, workerSeed, nil)
+	testworker.Start(t, wnc, testworker.Options{Sandbox: sandboxpool.Sandbox{PoolSize: 1, MaxOverflow: 2}})
+	httpClient := &http.Client{Transport: &http.Transport{}}
+	u := startMCPHTTP(t, url, "--nkey", seeds["acme"])
+	t.Cleanup(httpClient.CloseIdleConnections)
+	c := &mcpConn{progress: make(chan *mcp.ProgressNotificationParams, 1000)}
+	c.cs = connectClient(t, &mcp.StreamableClientTransport{Endpoint: u, HTTPClient: httpClient}, nil)
+
+	t.Run("list_sandboxes shows each tool's signature and docstring", func(t *testing.T) { testListSandboxes(t, c) })
+	t.Run("a displayed image comes back as image content", func(t *testing.T) { testImage(t, c) })
+	t.Run("a session keeps state across calls and closes", func(t *testing.T) {
+		opened := structured[sessionOutput](t, c.call(t, "open_session", map[string]any{}))
+		if res := c.call(t, "run_python", map[string]any{"script": "x = 41", "session_id": opened.SessionID}); res.IsError {
+			t.Fatalf("first call: %s", textOf(res))
+		}
+		res := c.call(t, "run_python", map[string]any{"script": "emit_result(x + 1)", "session_id": opened.SessionID})
+		if out := structured[runOutput](t, res); out.Result != float64(42) {
+			t.Errorf("second call: %+v, want 42 from the first call's x", out)
+		}
+		if closed := structured[sessionOutput](t, c.call(t, "close_session", map[string]any{"session_id": opened.SessionID})); !closed.Closed {
+			t.Errorf("close_session: %+v", closed)
+		}
+		// In the fleet's account the session is the tenant's: acme.<id>.
+		testenv.WaitFor(t, 30*time.Second, "the closed session to end on the fleet", func() bool {
+			return sessionState(t, wnc, "acme."+opened.SessionID) == "ended"
+		})
+	})
+}
+
 func testToolList(t *testing.T, c *mcpConn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -36,6 +36,8 @@ import (
 //	  max_ack_pending: {}       # per sandbox: the fleet's jobs in flight (default: its slots)
 //	  max_sessions: 16          # sessions this worker holds at once
 //	  sandbox_sessions: {}      # per sandbox: sessions this worker holds at once (default 4)
+//	  tenant_sessions: {}       # per sandbox: sessions of one tenant this worker holds at once
+//	                            # (default: half of its sandbox_sessions, rounded up)
 //	  session_idle_ttl: 10m     # a session idle this long ends
 //	  session_max_life: 1h      # a session this old ends
 //	  shared_uid: false         # every sandbox container as uid 10001: for a Docker daemon in a
@@ -63,6 +65,7 @@ type Settings struct {
 	MaxAckPending   map[string]int `yaml:"max_ack_pending"`
 	MaxSessions     int            `yaml:"max_sessions"`
 	SandboxSessions map[string]int `yaml:"sandbox_sessions"`
+	TenantSessions  map[string]int `yaml:"tenant_sessions"`
 	SharedUID       bool           `yaml:"shared_uid"`
 	SessionIdleTTL  time.Duration  `yaml:"session_idle_ttl"`
 	SessionMaxLife  time.Duration  `yaml:"session_max_life"`
@@ -84,14 +87,11 @@ func parseSettings(node yaml.Node) (Settings, error) {
 	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
 		return s, fmt.Errorf("worker section (line %d): %w", node.Line, err)
 	}
-	for name, n := range s.MaxAckPending {
-		if n < 1 {
-			return s, fmt.Errorf("worker section: max_ack_pending of %q is %d, want at least 1", name, n)
-		}
-	}
-	for name, n := range s.SandboxSessions {
-		if n < 1 {
-			return s, fmt.Errorf("worker section: sandbox_sessions of %q is %d, want at least 1", name, n)
+	for setting, m := range map[string]map[string]int{"max_ack_pending": s.MaxAckPending, "sandbox_sessions": s.SandboxSessions, "tenant_sessions": s.TenantSessions} {
+		for name, n := range m {
+			if n < 1 {
+				return s, fmt.Errorf("worker section: %s of %q is %d, want at least 1", setting, name, n)
+			}
 		}
 	}
 	if s.MaxSessions < 0 || s.Replicas < 0 || s.MaxDeliver < 0 || s.MaxBacklog < 0 || s.MaxBacklogBytes < 0 || s.FilesMaxBytes < 0 || s.TenantFiles < 0 || s.MaxScriptBytes < 0 {
@@ -148,6 +148,9 @@ func (s Settings) Apply(cfg *worker.Config) {
 		}
 		if n := s.SandboxSessions[cfg.Sandboxes[i].Name]; n > 0 {
 			cfg.Sandboxes[i].MaxSessions = n
+		}
+		if n := s.TenantSessions[cfg.Sandboxes[i].Name]; n > 0 {
+			cfg.Sandboxes[i].TenantSessions = n
 		}
 	}
 }

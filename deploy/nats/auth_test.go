@@ -5,19 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 
 	"github.com/jazzmine/worker/client"
-	natsdeploy "github.com/jazzmine/worker/deploy/nats"
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/internal/testworker"
 	"github.com/jazzmine/worker/sandboxpool"
@@ -35,11 +30,11 @@ import (
 // refused by the server or lands in the agent's own account, changes nothing of the
 // fleet's, and the fleet serves the next job.
 func TestAnAgentMaySubmitCancelAndReadButNothingElse(t *testing.T) {
-	workerSeed, workerPub := userKey(t)
-	agentSeed, agentPub := userKey(t)
+	workerSeed, workerPub := testenv.UserKey(t)
+	agentSeed, agentPub := testenv.UserKey(t)
 	t.Setenv("JAZZMINE_WORKER_NKEY", workerPub)
 	t.Setenv("JAZZMINE_AGENT_NKEY", agentPub)
-	srv := startAuthServer(t, "auth.conf")
+	srv := testenv.AuthServer(t, "auth.conf")
 
 	if _, err := nats.Connect(srv.ClientURL()); err == nil || !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("connect without credentials: err = %v, want an authorization violation", err)
@@ -235,74 +230,11 @@ func TestAnAgentMaySubmitCancelAndReadButNothingElse(t *testing.T) {
 	run("emit_result('still serving')")
 }
 
-// startAuthServer runs a NATS server with JetStream from the configuration file conf
-// (its keys from the environment) until the end of the test.
-func startAuthServer(t *testing.T, conf string) *server.Server {
-	t.Helper()
-	opts, err := server.ProcessConfigFile(conf)
-	if err != nil {
-		t.Fatalf("process %s: %v", conf, err)
-	}
-	opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
-	opts.JetStream, opts.StoreDir = true, t.TempDir()
-	opts.NoLog, opts.NoSigs = true, true
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS server not ready")
-	}
-	return srv
-}
-
-// userKey returns a new user nkey's seed and public key.
-func userKey(t *testing.T) (seed []byte, pub string) {
-	t.Helper()
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if seed, err = kp.Seed(); err != nil {
-		t.Fatal(err)
-	}
-	if pub, err = kp.PublicKey(); err != nil {
-		t.Fatal(err)
-	}
-	return seed, pub
-}
-
-// writeSeed writes seed to a file of its own, as `worker nkey` does, and returns its
-// path: what `worker serve --nkey` and nats.NkeyOptionFromSeed take.
-func writeSeed(t *testing.T, seed []byte) string {
-	t.Helper()
-	file := filepath.Join(t.TempDir(), "user.seed")
-	if err := os.WriteFile(file, seed, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return file
-}
-
 // connectAs connects to url with the nkey seed, as `worker serve --nkey` does: from a
 // seed file.
 func connectAs(t *testing.T, url string, seed []byte, onErr nats.ErrHandler) *nats.Conn {
 	t.Helper()
-	nkey, err := nats.NkeyOptionFromSeed(writeSeed(t, seed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := []nats.Option{nkey}
-	if onErr != nil {
-		opts = append(opts, nats.ErrorHandler(onErr))
-	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		t.Fatalf("connect with nkey: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return testenv.ConnectSeed(t, url, testenv.WriteSeed(t, seed), onErr)
 }
 
 // startAuthWorker runs a worker of the example "default" sandbox on nc until the end
@@ -324,21 +256,16 @@ func twoTenantServer(t *testing.T, a, b string) (wnc, anc, bnc *nats.Conn) {
 // twoTenantServerWith is twoTenantServer with tweak applied to the worker's config.
 func twoTenantServerWith(t *testing.T, a, b string, tweak func(*worker.Config)) (wnc, anc, bnc *nats.Conn) {
 	t.Helper()
-	workerSeed, workerPub := userKey(t)
-	aSeed, aPub := userKey(t)
-	bSeed, bPub := userKey(t)
-	conf, err := natsdeploy.AuthConfig([]string{workerPub}, []natsdeploy.Tenant{{Name: a, Key: aPub}, {Name: b, Key: bPub}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "auth.conf")
-	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv := startAuthServer(t, file)
-	wnc = connectAs(t, srv.ClientURL(), workerSeed, nil)
-	testworker.Start(t, wnc, testworker.Options{ID: fmt.Sprintf("test-auth-%d", time.Now().UnixNano()), Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: tweak})
-	return wnc, connectAs(t, srv.ClientURL(), aSeed, nil), connectAs(t, srv.ClientURL(), bSeed, nil)
+	return twoTenantServerPool(t, a, b, sandboxpool.Sandbox{PoolSize: 1}, tweak)
+}
+
+// twoTenantServerPool is twoTenantServerWith with the sandbox's pool settings in sb.
+func twoTenantServerPool(t *testing.T, a, b string, sb sandboxpool.Sandbox, tweak func(*worker.Config)) (wnc, anc, bnc *nats.Conn) {
+	t.Helper()
+	url, workerSeed, seeds := testenv.TenantsNATS(t, a, b)
+	wnc = testenv.ConnectSeed(t, url, workerSeed, nil)
+	testworker.Start(t, wnc, testworker.Options{ID: fmt.Sprintf("test-auth-%d", time.Now().UnixNano()), Sandbox: sb, Worker: tweak})
+	return wnc, testenv.ConnectSeed(t, url, seeds[a], nil), testenv.ConnectSeed(t, url, seeds[b], nil)
 }
 
 // tenantClient is a Go client on nc, a tenant's connection.
@@ -442,11 +369,11 @@ func TestTwoTenantsCannotSeeOrCancelEachOther(t *testing.T) {
 // has). Left in the jobs stream they would hold its room for good, until every
 // tenant's submit failed for a full backlog; the workers remove them, and only them.
 func TestJobsNoWorkerCanTakeDoNotHoldTheBacklog(t *testing.T) {
-	workerSeed, workerPub := userKey(t)
-	agentSeed, agentPub := userKey(t)
+	workerSeed, workerPub := testenv.UserKey(t)
+	agentSeed, agentPub := testenv.UserKey(t)
 	t.Setenv("JAZZMINE_WORKER_NKEY", workerPub)
 	t.Setenv("JAZZMINE_AGENT_NKEY", agentPub)
-	srv := startAuthServer(t, "auth.conf")
+	srv := testenv.AuthServer(t, "auth.conf")
 	wnc := connectAs(t, srv.ClientURL(), workerSeed, nil)
 	startAuthWorker(t, wnc)
 	anc := connectAs(t, srv.ClientURL(), agentSeed, nil)
@@ -566,11 +493,11 @@ func TestATenantCannotFillTheBacklogForAnother(t *testing.T) {
 // itself, asking for more storage than its account has (to fill the servers' disks
 // for everyone), is refused; the account's limits stand whatever the stream asks.
 func TestATenantsStorageIsBounded(t *testing.T) {
-	_, workerPub := userKey(t)
-	agentSeed, agentPub := userKey(t)
+	_, workerPub := testenv.UserKey(t)
+	agentSeed, agentPub := testenv.UserKey(t)
 	t.Setenv("JAZZMINE_WORKER_NKEY", workerPub)
 	t.Setenv("JAZZMINE_AGENT_NKEY", agentPub)
-	srv := startAuthServer(t, "auth.conf")
+	srv := testenv.AuthServer(t, "auth.conf")
 	ajs, err := jetstream.New(connectAs(t, srv.ClientURL(), agentSeed, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -728,5 +655,101 @@ func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
 		if err := c.Download(ctx, a, &got); err != nil || got.String() != want {
 			t.Errorf("%s's artifact after the attempts: %d bytes, %v", who, got.Len(), err)
 		}
+	}
+}
+
+// TestTenantsHaveSessionsOfTheirOwn runs two tenants' sessions under the configuration
+// `worker nats-auth` renders. Alpha's session keeps its state between calls, through
+// the Go client as it is. Beta, hostile, knows alpha's session id: its calls under
+// that id run in a session of its own, which sees nothing of alpha's, and closing it
+// leaves alpha's open; a call it publishes on the subject alpha's calls have in the
+// fleet's account goes nowhere; calls on subjects that name no session are removed
+// from the sessions stream rather than hold its room. Each tenant's calls are stored
+// under its own token.
+func TestTenantsHaveSessionsOfTheirOwn(t *testing.T) {
+	wnc, anc, bnc := twoTenantServerPool(t, "alpha", "beta", sandboxpool.Sandbox{PoolSize: 1, MaxOverflow: 2}, nil)
+	alpha, beta := tenantClient(t, anc), tenantClient(t, bnc)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	call := func(s *client.Session, who, script string) *client.Result {
+		t.Helper()
+		res, err := s.Run(ctx, wire.Job{Mode: wire.ModeInteractive, Script: script})
+		if err != nil {
+			t.Fatalf("%s's call: %v", who, err)
+		}
+		return res
+	}
+	as := alpha.NewSession("default")
+	if res := call(as, "alpha", "secret = 'alpha'\nopen('secret.txt', 'w').write(secret)"); !res.Success {
+		t.Fatalf("alpha's first call: %+v", res)
+	}
+	if res := call(as, "alpha", "emit_result(secret)"); !res.Success || res.FinalData != "alpha" {
+		t.Fatalf("alpha's second call: %+v; want the first call's state", res)
+	}
+
+	bs := beta.NewSession("default")
+	bs.ID = as.ID
+	probe := "import os\nemit_result(['secret' in globals(), os.path.exists('secret.txt')])"
+	if res := call(bs, "beta", probe); !res.Success || fmt.Sprint(res.FinalData) != "[false false]" {
+		t.Errorf("BROKEN: beta's call under alpha's session id: %+v; want a session of its own that sees nothing", res)
+	}
+	if err := bs.Close(ctx); err != nil {
+		t.Errorf("beta's close of its session: %v", err)
+	}
+	// Beta names alpha's session as the fleet's account sees it: in beta's account
+	// that subject is no import, and beta may not publish it.
+	bjs, err := jetstream.New(bnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, _ := json.Marshal(wire.Job{ExecutionID: client.NewExecutionID(), Sandbox: "default", SessionID: as.ID, Script: "secret = 'beta'"})
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+	if _, err := bjs.PublishMsg(pctx, &nats.Msg{Subject: wire.TenantSessionSubject("alpha", "default", as.ID), Data: forged, Header: nats.Header{wire.HeaderContentType: {wire.ContentTypeJSON}}}); err == nil {
+		t.Errorf("BROKEN: beta's call on alpha's subject in the fleet's account was stored")
+	}
+	pcancel()
+	if res := call(as, "alpha", "emit_result(secret)"); !res.Success || res.FinalData != "alpha" {
+		t.Errorf("alpha's session after beta's attempts: %+v; want its own state", res)
+	}
+
+	// Subjects that name no session: a literal '*' for the sandbox or the session.
+	stray := []string{"jazzmine.session.*.x", "jazzmine.session.default.*"}
+	for _, subject := range stray {
+		if err := bnc.PublishMsg(&nats.Msg{Subject: subject, Data: forged, Header: nats.Header{wire.HeaderMsgID: {client.NewExecutionID()}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wjs, err := jetstream.New(wnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions, err := wjs.Stream(ctx, wire.StreamSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held map[string]uint64
+	testenv.WaitFor(t, 30*time.Second, "the calls on subjects that name no session to leave the sessions stream", func() bool {
+		info, err := sessions.Info(ctx, jetstream.WithSubjectFilter(">"))
+		if err != nil {
+			return false
+		}
+		held = info.State.Subjects
+		for subject := range held {
+			if strings.Contains(subject, "*") {
+				return false
+			}
+		}
+		return true
+	})
+	for subject := range held {
+		if !strings.HasPrefix(subject, "jazzmine.session.alpha.default.") {
+			t.Errorf("the sessions stream holds %s", subject)
+		}
+	}
+	if err := as.Close(ctx); err != nil {
+		t.Errorf("alpha's close: %v", err)
+	}
+	if res := call(as, "alpha", "emit_result(secret)"); res.Success || res.ErrorKind != wire.KindSessionLost {
+		t.Errorf("alpha's call after its close: %+v; want session_lost", res)
 	}
 }

@@ -119,9 +119,9 @@ func startCluster(t *testing.T, n int) ([]*natsServer, clusterKeys) {
 	t.Helper()
 	bin := testenv.StaticBinary(t, "github.com/nats-io/nats-server/v2")
 	conf := filepath.Join(testenv.RepoRoot(), "deploy", "nats", "cluster.conf")
-	workerSeed, workerPub := userKey(t)
-	agentSeed, agentPub := userKey(t)
-	keys := clusterKeys{worker: writeSeed(t, workerSeed), agent: writeSeed(t, agentSeed)}
+	workerSeed, workerPub := testenv.UserKey(t)
+	agentSeed, agentPub := testenv.UserKey(t)
+	keys := clusterKeys{worker: testenv.WriteSeed(t, workerSeed), agent: testenv.WriteSeed(t, agentSeed)}
 	ports := freePorts(t, 3*n) // client, cluster and monitoring port of each node
 	var routes []string
 	for i := range n {

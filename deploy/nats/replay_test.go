@@ -24,8 +24,8 @@ import (
 // job's result reaches only the fleet's stream; the agent, reading the stream, must
 // still get its result, by asking the fleet for the events again.
 func TestATenantGetsTheEventsItsStreamMissed(t *testing.T) {
-	workerSeed, workerPub := userKey(t)
-	agentSeed, agentPub := userKey(t)
+	workerSeed, workerPub := testenv.UserKey(t)
+	agentSeed, agentPub := testenv.UserKey(t)
 	conf, err := natsdeploy.AuthConfig([]string{workerPub}, []natsdeploy.Tenant{{Name: "agents", Key: agentPub}})
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +40,7 @@ func TestATenantGetsTheEventsItsStreamMissed(t *testing.T) {
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := startAuthServer(t, file)
+	srv := testenv.AuthServer(t, file)
 	wnc := connectAs(t, srv.ClientURL(), workerSeed, nil)
 	startAuthWorker(t, wnc)
 	fleet, err := jetstream.New(wnc)
