@@ -86,7 +86,8 @@ type Sandbox struct {
 	// TenantSessions caps the sessions of the sandbox that one tenant holds on this
 	// worker at once, so that a tenant does not take every session's room (and its
 	// containers) from the others; the fleet's own account has no cap but
-	// MaxSessions. Zero means half of MaxSessions, rounded up.
+	// MaxSessions. Zero means half of MaxSessions (at least 1). A tenant also holds at
+	// most half of the worker's MaxSessions, all sandboxes together.
 	TenantSessions int
 	// Info is what the fleet's sandbox catalog (wire.SandboxesBucket) says of the
 	// sandbox besides what its containers loaded: its description, limits, packages
@@ -139,7 +140,8 @@ type Config struct {
 	// fill the fleet's backlog for the others. Zero means DefaultTenantBacklog; a
 	// negative value, no bound.
 	TenantBacklog int64
-	// MaxSessions caps the sessions this worker holds at once; SessionIdleTTL and
+	// MaxSessions caps the sessions this worker holds at once (one tenant's at most
+	// half of them: Sandbox.TenantSessions); SessionIdleTTL and
 	// SessionMaxLife end one idle that long, or that old. Zero means the defaults.
 	MaxSessions    int
 	SessionIdleTTL time.Duration
@@ -209,7 +211,7 @@ func (c *Config) setDefaults() {
 			c.Sandboxes[i].MaxSessions = DefaultSandboxSessions
 		}
 		if c.Sandboxes[i].TenantSessions == 0 {
-			c.Sandboxes[i].TenantSessions = (c.Sandboxes[i].MaxSessions + 1) / 2
+			c.Sandboxes[i].TenantSessions = tenantShare(c.Sandboxes[i].MaxSessions)
 		}
 	}
 	if c.FilesMaxBytes == 0 {

@@ -385,6 +385,9 @@ func (s *sessions) claim(ctx context.Context, sandbox string, id sessionRef, msg
 	_ = msg.NakWithDelay(watchDelay(meta))
 }
 
+// tenantShare is the most of n sessions one tenant may hold: half, at least one.
+func tenantShare(n int) int { return max(1, n/2) }
+
 // room says why this worker may not open session id of sandbox now ("held 4
 // sessions of sandbox py, its limit"), or "".
 func (s *sessions) room(sandbox string, id sessionRef) string {
@@ -397,20 +400,26 @@ func (s *sessions) room(sandbox string, id sessionRef) string {
 		return fmt.Sprintf("held %d sessions, its limit", len(s.held))
 	}
 	sb := s.cfg.sandbox(sandbox)
-	n, ofTenant := 0, 0
+	n, ofTenant, ofTenantHere := 0, 0, 0
 	for _, h := range s.held {
+		mine := id.tenant != "" && h.ref.tenant == id.tenant
+		if mine {
+			ofTenant++
+		}
 		if h.sandbox == sandbox {
 			n++
-			if h.ref.tenant == id.tenant {
-				ofTenant++
+			if mine {
+				ofTenantHere++
 			}
 		}
 	}
 	switch {
 	case n >= sb.MaxSessions:
 		return fmt.Sprintf("held %d sessions of sandbox %s, its limit", n, sandbox)
-	case id.tenant != "" && ofTenant >= sb.TenantSessions:
-		return fmt.Sprintf("held %d sessions of sandbox %s of this tenant, its limit for one tenant", ofTenant, sandbox)
+	case id.tenant != "" && ofTenantHere >= sb.TenantSessions:
+		return fmt.Sprintf("held %d sessions of sandbox %s of this tenant, its limit for one tenant", ofTenantHere, sandbox)
+	case id.tenant != "" && ofTenant >= tenantShare(s.cfg.MaxSessions):
+		return fmt.Sprintf("held %d sessions of this tenant, its limit for one tenant", ofTenant)
 	}
 	return ""
 }

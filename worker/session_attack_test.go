@@ -480,15 +480,7 @@ func TestSessionAttackTenantsShareNoSessionAndNoTenantTakesEveryRoom(t *testing.
 	startWorker(t, nc, 1, 4, nil) // 4 sessions of the sandbox, 2 a tenant
 	run := func(tenant, session, script string, close bool) (bool, string, string, any) {
 		t.Helper()
-		evs := runTenantJob(t, nc, tenant, wire.Job{ExecutionID: client.NewExecutionID(), Sandbox: "default", SessionID: session, SessionClose: close, Mode: wire.ModeInteractive, Script: script})
-		done := evs[len(evs)-1]
-		kind := ""
-		for _, ev := range evs {
-			if ev.Type == wire.EventError {
-				kind = ev.Kind
-			}
-		}
-		return done.Success, kind, done.Error, done.FinalData
+		return runTenantCall(t, nc, tenant, wire.Job{Sandbox: "default", SessionID: session, SessionClose: close, Script: script})
 	}
 	if ok, kind, msg, _ := run("alpha", "s1", "secret = 'alpha'\nimport os\nopen('secret.txt', 'w').write(secret)", false); !ok {
 		t.Fatalf("alpha's first call: %s: %s", kind, msg)
@@ -520,5 +512,45 @@ func TestSessionAttackTenantsShareNoSessionAndNoTenantTakesEveryRoom(t *testing.
 	}
 	if ok, kind, msg, _ := run("beta", "s9", "x = 9", false); !ok {
 		t.Errorf("beta's session while alpha is at its limit: %s: %s", kind, msg)
+	}
+}
+
+// runTenantCall runs job (a session call: interactive, with a new id) as tenant's
+// (runTenantJob) and returns its end: success, the error's kind and text, the result.
+func runTenantCall(t *testing.T, nc *nats.Conn, tenant string, job wire.Job) (bool, string, string, any) {
+	t.Helper()
+	job.ExecutionID, job.Mode = client.NewExecutionID(), wire.ModeInteractive
+	evs := runTenantJob(t, nc, tenant, job)
+	done := evs[len(evs)-1]
+	kind := ""
+	for _, ev := range evs {
+		if ev.Type == wire.EventError {
+			kind = ev.Kind
+		}
+	}
+	return done.Success, kind, done.Error, done.FinalData
+}
+
+// TestSessionAttackATenantTakesNoWorkersEverySessionAcrossSandboxes: with a cap per
+// sandbox only, a tenant opens sessions in each sandbox, each within its cap, until
+// the worker holds no more (a review's attack: two sandboxes of 4 on a worker of 4).
+// A tenant holds at most half of the worker's sessions in all: alpha's third is
+// refused, saying so, and beta's opens.
+func TestSessionAttackATenantTakesNoWorkersEverySessionAcrossSandboxes(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	twoSandboxes(t, nc, func(c *worker.Config) { c.MaxSessions = 4 })
+	for _, call := range []struct{ sandbox, session string }{{"default", "a1"}, {"second", "a2"}} {
+		if ok, kind, msg, _ := runTenantCall(t, nc, "alpha", wire.Job{Sandbox: call.sandbox, SessionID: call.session, Script: "x = 1"}); !ok {
+			t.Fatalf("alpha's %s of %s: %s: %s", call.session, call.sandbox, kind, msg)
+		}
+	}
+	ok, kind, msg, _ := runTenantCall(t, nc, "alpha", wire.Job{Sandbox: "second", SessionID: "a3", Script: "x = 1"})
+	if ok || kind != wire.KindSessionLimit || !strings.Contains(msg, "held 2 sessions of this tenant") {
+		t.Errorf("alpha's third session, in a sandbox where it holds one: %v %s: %s; want session_limit naming the tenant's share of the worker", ok, kind, msg)
+	}
+	for _, sb := range []string{"default", "second"} {
+		if ok, kind, msg, _ := runTenantCall(t, nc, "beta", wire.Job{Sandbox: sb, SessionID: "b-" + sb, Script: "x = 1"}); !ok {
+			t.Errorf("beta's session of %s: %s: %s", sb, kind, msg)
+		}
 	}
 }

@@ -221,15 +221,6 @@ func (w *Worker) ensureOpener(ctx context.Context, cfg jetstream.ConsumerConfig)
 	return w.js.CreateOrUpdateConsumer(ctx, wire.StreamSessions, cfg)
 }
 
-// consumerExists reports whether any worker of the fleet serves the sandbox.
-func consumerExists(ctx context.Context, js jetstream.JetStream, sandbox string) (bool, error) {
-	_, err := js.Consumer(ctx, wire.StreamExec, wire.ConsumerName(sandbox))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
 // scan calls f with each message of stream whose subject matches filter, in order,
 // from stream sequence from (the first, for 0) to the last one stored when it starts,
 // until f returns false; it reads at most limit of them and says whether it read

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,10 +31,13 @@ type triage struct {
 	names  string          // the same, sorted, for an error message
 	events *events         // the error of a job for an unknown sandbox
 	bg     *background     // where the look-ups and purges run
+
+	mu     sync.Mutex
+	sweeps map[string]bool // a sweep of the stream is queued (sweepSoon)
 }
 
 func newTriage(js jetstream.JetStream, sandboxes []Sandbox, ev *events, bg *background, log *slog.Logger) *triage {
-	t := &triage{js: js, log: log, served: map[string]bool{}, events: ev, bg: bg}
+	t := &triage{js: js, log: log, served: map[string]bool{}, events: ev, bg: bg, sweeps: map[string]bool{}}
 	var names []string
 	for _, sb := range sandboxes {
 		t.served[sb.Name] = true
@@ -51,18 +55,18 @@ func (t *triage) see(m *nats.Msg) {
 		// A subject no consumer can ever match (a literal wildcard, a character no
 		// sandbox name has): nothing would take it, and it would hold backlog room
 		// for good.
-		t.bg.run(tenantToken(m.Subject, 3), m, t.purgeSoon)
+		t.sweepSoon(jobSubjects, m)
 		return
 	}
 	if t.served[sandbox] {
 		return // ours: the common case costs a map lookup
 	}
 	t.bg.run(tenant, m, func(ctx context.Context) {
-		if exists, err := consumerExists(ctx, t.js, sandbox); err != nil || exists {
+		if exists, err := jobSubjects.served(ctx, t.js, sandbox); err != nil || exists {
 			return
 		}
 		t.unknown(tenant, sandbox, m)
-		t.purgeSoon(ctx)
+		t.sweepSoon(jobSubjects, m)
 	})
 }
 
@@ -81,47 +85,87 @@ func (t *triage) unknown(tenant, sandbox string, m *nats.Msg) {
 	}
 }
 
-// tenantToken is the tenant token of a subject that does not parse: the third token
-// of jazzmine.exec.<tenant>.<...> or jazzmine.session.<tenant>.<...>, or "" for a
-// subject of no more than the plain tokens of the fleet's own account (3 for a job,
-// 4 for a session call), so that its removal is queued as that tenant's background
-// work.
-func tenantToken(subject string, plain int) string {
-	tokens := strings.Split(subject, ".")
-	if len(tokens) <= plain {
-		return ""
-	}
-	return tokens[2]
+// subjects is a stream whose subjects name a sandbox, as the triage sweeps it.
+type subjects struct {
+	stream, all string
+	// sandbox returns the sandbox a subject names, or an error for a subject that
+	// names none.
+	sandbox func(subject string) (string, error)
+	// consumer is the durable consumer that serves a sandbox's subjects.
+	consumer func(sandbox string) string
 }
 
-// purgeSoon is purgeUnserved for a job just seen: the subscription that saw it may
-// get it before the stream has stored it, so it looks again, twice at most, while
-// it removes nothing (a job left would hold backlog room until another came).
-func (t *triage) purgeSoon(ctx context.Context) {
-	for range 3 {
-		if t.purgeUnserved(ctx) > 0 {
-			return
+var (
+	jobSubjects = subjects{stream: wire.StreamExec, all: execAll, consumer: wire.ConsumerName,
+		sandbox: func(s string) (string, error) { _, sb, err := wire.ParseExecSubject(s); return sb, err }}
+	sessionSubjects = subjects{stream: wire.StreamSessions, all: wire.SubjectPrefixSession + ".>", consumer: wire.SessionOpenerName,
+		sandbox: func(s string) (string, error) { _, sb, _, err := wire.ParseSessionSubject(s); return sb, err }}
+)
+
+// served reports whether any worker of the fleet serves the sandbox's subjects.
+func (s subjects) served(ctx context.Context, js jetstream.JetStream, sandbox string) (bool, error) {
+	_, err := js.Consumer(ctx, s.stream, s.consumer(sandbox))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// sweepSoon sweeps the stream of s (sweep) for a message m just seen, as the fleet's
+// background work: one sweep of a stream at a time, queued once however many
+// messages ask for one (a tenant's flood of them would have dropped its own, and the
+// messages that asked stayed for the stream's max age: a review's attack). A sweep
+// asked for while one runs runs after it.
+func (t *triage) sweepSoon(s subjects, m *nats.Msg) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sweeps[s.stream] {
+		return
+	}
+	t.sweeps[s.stream] = t.bg.run("", m, func(ctx context.Context) {
+		t.mu.Lock()
+		t.sweeps[s.stream] = false
+		t.mu.Unlock()
+		// The subscription that saw m may get it before the stream has stored it:
+		// looked at again, twice at most, while nothing is removed.
+		for range 3 {
+			if t.sweep(ctx, s) > 0 {
+				return
+			}
+			sleep(ctx, 200*time.Millisecond)
 		}
-		sleep(ctx, 200*time.Millisecond)
-	}
+	})
 }
 
-// purgeUnserved removes the jobs of every subject that no consumer serves, or can
-// (one that is no job subject at all), and says how many subjects it found.
-func (t *triage) purgeUnserved(ctx context.Context) (removed int) {
-	stream, err := t.js.Stream(ctx, wire.StreamExec)
+// sweepAll sweeps both streams, once: what was published while no worker ran, or
+// whose sweep a worker that stopped did not finish, is seen by no subscription.
+func (t *triage) sweepAll() {
+	t.sweepSoon(jobSubjects, &nats.Msg{})
+	t.sweepSoon(sessionSubjects, &nats.Msg{})
+}
+
+// sweep removes the messages of every subject of s that no consumer serves, or can
+// (one that names no sandbox), and says how many subjects it found.
+func (t *triage) sweep(ctx context.Context, s subjects) (removed int) {
+	stream, err := t.js.Stream(ctx, s.stream)
 	if err != nil {
 		return 0
 	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(execAll))
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(s.all))
 	if err != nil {
 		return 0
 	}
+	served := map[string]bool{}
 	for subject := range info.State.Subjects {
-		_, sandbox, err := wire.ParseExecSubject(subject)
-		if err == nil {
-			exists, err := consumerExists(ctx, t.js, sandbox)
-			if err != nil || exists {
+		if sandbox, err := s.sandbox(subject); err == nil {
+			known, ok := served[sandbox]
+			if !ok {
+				if known, err = s.served(ctx, t.js, sandbox); err != nil {
+					continue
+				}
+				served[sandbox] = known
+			}
+			if known {
 				continue
 			}
 		}
@@ -130,9 +174,34 @@ func (t *triage) purgeUnserved(ctx context.Context) (removed int) {
 			deleteLiteral(ctx, stream, subject)
 			continue
 		}
-		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
-			t.log.Warn("purge jobs of an unknown sandbox", "subject", subject, "err", err)
+		// Each answered unless it has its end (the triage that saw it answered it),
+		// then removed: one published while no worker ran was seen by no subscription.
+		sandbox, _ := s.sandbox(subject)
+		tenant := tenantOf(subject)
+		var through uint64
+		_, _ = scan(ctx, stream, subject, 0, literalDeleteMax, func(m *jetstream.RawStreamMsg) bool {
+			msg := &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}
+			if id, _, _ := identify(m.Header, m.Data); id != "" {
+				ended, err := t.events.ended(ctx, execRef{tenant, id}.key())
+				if err != nil {
+					return false // kept, to be answered by a later sweep
+				}
+				if !ended {
+					t.unknown(tenant, sandbox, msg)
+				}
+			}
+			through = m.Sequence
+			return true
+		})
+		if through == 0 {
+			continue
 		}
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(through+1)); err != nil {
+			t.log.Warn("purge the messages of an unknown sandbox", "stream", s.stream, "subject", subject, "err", err)
+		}
+	}
+	if removed > 0 {
+		t.log.Info("removed what no worker can take", "stream", s.stream, "subjects", removed)
 	}
 	return removed
 }
@@ -169,47 +238,25 @@ func identify(h nats.Header, data []byte) (id, ct string, meta map[string]string
 }
 
 // seeSession is see for a session call: one of a sandbox no worker serves (no opener
-// consumer) gets invalid_job, and is deleted from the sessions stream, where it would
-// hold room until the stream's max age (a flood of them refused every session's
-// calls, a review's attack). Should an opener come first, it skips it, since it has
-// its end (opener.go).
+// consumer) gets invalid_job; it, and a call on a subject that names no session (a
+// literal wildcard), is then removed from the sessions stream by a sweep, where it
+// would hold room until the stream's max age (a flood of them refused every
+// session's calls, a review's attack). Should an opener come first, it skips such a
+// call, since it has its end (opener.go).
 func (t *triage) seeSession(m *nats.Msg) {
 	tenant, sandbox, _, err := wire.ParseSessionSubject(m.Subject)
 	switch {
 	case err != nil:
-		// A call no opener can take apart (a tenant's literal '*' token), which
-		// would hold room in the stream until its max age.
-		t.bg.run(tenantToken(m.Subject, 4), m, func(ctx context.Context) { t.dropCall(ctx, m) })
+		t.sweepSoon(sessionSubjects, m)
 		return
 	case t.served[sandbox]:
 		return
 	}
 	t.bg.run(tenant, m, func(ctx context.Context) {
-		if _, err := t.js.Consumer(ctx, wire.StreamSessions, wire.SessionOpenerName(sandbox)); errors.Is(err, jetstream.ErrConsumerNotFound) {
-			t.unknown(tenant, sandbox, m)
-			t.dropCall(ctx, m)
+		if exists, err := sessionSubjects.served(ctx, t.js, sandbox); err != nil || exists {
+			return
 		}
+		t.unknown(tenant, sandbox, m)
+		t.sweepSoon(sessionSubjects, m)
 	})
-}
-
-// dropCall deletes session call m from the sessions stream: the call of its subject
-// with its Nats-Msg-Id, looked for twice while the stream may not have stored it yet.
-func (t *triage) dropCall(ctx context.Context, m *nats.Msg) {
-	stream, err := t.js.Stream(ctx, wire.StreamSessions)
-	if err != nil {
-		return
-	}
-	id, found := m.Header.Get(wire.HeaderMsgID), false
-	for try := 0; try < 2 && !found; try++ {
-		if try > 0 {
-			sleep(ctx, 100*time.Millisecond)
-		}
-		_, _ = scan(ctx, stream, m.Subject, 0, literalDeleteMax, func(got *jetstream.RawStreamMsg) bool {
-			// The subject may hold a literal wildcard, which the filter takes as one.
-			if found = got.Subject == m.Subject && got.Header.Get(wire.HeaderMsgID) == id; found {
-				_ = stream.DeleteMsg(ctx, got.Sequence)
-			}
-			return !found
-		})
-	}
 }

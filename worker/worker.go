@@ -106,6 +106,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.bg.start() // what the subscriptions queued meanwhile waits for it
+	w.triage.sweepAll()
 	w.live.keep(w.pulling)
 	w.catalog.keep(w.pulling)
 	w.producer.start(w.pulling)

@@ -37,7 +37,8 @@ import (
 //	  max_sessions: 16          # sessions this worker holds at once
 //	  sandbox_sessions: {}      # per sandbox: sessions this worker holds at once (default 4)
 //	  tenant_sessions: {}       # per sandbox: sessions of one tenant this worker holds at once
-//	                            # (default: half of its sandbox_sessions, rounded up)
+//	                            # (default: half of its sandbox_sessions, at least 1); and a
+//	                            # tenant holds at most half of max_sessions in all
 //	  session_idle_ttl: 10m     # a session idle this long ends
 //	  session_max_life: 1h      # a session this old ends
 //	  shared_uid: false         # every sandbox container as uid 10001: for a Docker daemon in a

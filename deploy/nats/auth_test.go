@@ -753,3 +753,94 @@ func TestTenantsHaveSessionsOfTheirOwn(t *testing.T) {
 		t.Errorf("alpha's call after its close: %+v; want session_lost", res)
 	}
 }
+
+// TestSessionCallsNoWorkerCanTakeDoNotHoldTheStream: beta publishes session calls no
+// opener can take (a literal '*' for the sandbox or the session, a sandbox nobody
+// serves), each on a subject of its own, so that no per-session bound holds them,
+// and they would fill the sessions stream for every tenant until its max age. Some
+// while no worker runs, which no subscription sees; then floods, each led by
+// duplicates of one id, which the stream drops but which each cost a task of beta's
+// background queue, so that the tasks of the calls behind them were dropped (a
+// review's attacks). The workers sweep the stream: at start, and once per stream
+// however many calls ask. Each call of an unknown sandbox gets its invalid_job; the
+// stream holds none of them, and alpha's session, on a stream of 1,000 calls, runs.
+func TestSessionCallsNoWorkerCanTakeDoNotHoldTheStream(t *testing.T) {
+	url, workerSeed, seeds := testenv.TenantsNATS(t, "alpha", "beta")
+	wnc := testenv.ConnectSeed(t, url, workerSeed, nil)
+	bounded := func(c *worker.Config) { c.MaxBacklog = 1000 }
+	first, _ := testworker.Start(t, wnc, testworker.Options{ID: fmt.Sprintf("test-stray-1-%d", time.Now().UnixNano()), Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: bounded})
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if err := first.Shutdown(sctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	scancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bnc := testenv.ConnectSeed(t, url, seeds["beta"], nil)
+	bjs, err := jetstream.New(bnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown := client.NewExecutionID()
+	for _, subject := range []string{"jazzmine.session.*.x", "jazzmine.session.nosuch.x", "jazzmine.session.default.*"} {
+		id := subject
+		if strings.Contains(subject, "nosuch") {
+			id = unknown
+		}
+		body, _ := json.Marshal(wire.Job{ExecutionID: unknown, Sandbox: "nosuch", SessionID: "x", Script: "1"})
+		if _, err := bjs.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: body, Header: nats.Header{wire.HeaderMsgID: {strings.NewReplacer("*", "s", ".", "-").Replace(id)}}}); err != nil {
+			t.Fatalf("publish %s while no worker runs: %v", subject, err)
+		}
+	}
+	answered, err := bnc.SubscribeSync(wire.EventSubject(unknown, wire.EventError))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testworker.Start(t, wnc, testworker.Options{ID: fmt.Sprintf("test-stray-2-%d", time.Now().UnixNano()), Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: bounded})
+	wjs, err := jetstream.New(wnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions, err := wjs.Stream(ctx, wire.StreamSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func() int {
+		info, err := sessions.Info(ctx, jetstream.WithSubjectFilter(">"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(info.State.Subjects)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the calls published while no worker ran to leave the sessions stream", func() bool { return held() == 0 })
+	if m, err := answered.NextMsg(10 * time.Second); err != nil {
+		t.Errorf("the call of an unknown sandbox published while no worker ran: no error event, %v", err)
+	} else if ev, err := wire.DecodeEvent(m.Header.Get(wire.HeaderContentType), m.Data); err != nil || ev.Kind != wire.KindInvalidJob {
+		t.Errorf("the call of an unknown sandbox published while no worker ran: %+v, %v; want invalid_job", ev, err)
+	}
+
+	body, _ := json.Marshal(wire.Job{ExecutionID: "x", Sandbox: "default", SessionID: "x", Script: "1"})
+	for _, pattern := range []string{"jazzmine.session.*.w%d-%d", "jazzmine.session.nosuch%d.s%d"} {
+		pad := client.NewExecutionID() // after its first, every pad is a duplicate
+		for wave := range 4 {
+			for range 300 {
+				if err := bnc.PublishMsg(&nats.Msg{Subject: fmt.Sprintf(pattern, 99, 99), Data: body, Header: nats.Header{wire.HeaderMsgID: {pad}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 400 {
+				if err := bnc.PublishMsg(&nats.Msg{Subject: fmt.Sprintf(pattern, wave, i), Data: body, Header: nats.Header{wire.HeaderMsgID: {client.NewExecutionID()}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := bnc.FlushTimeout(10 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	testenv.WaitFor(t, time.Minute, "the floods' calls to leave the sessions stream", func() bool { return held() == 0 })
+	s := tenantClient(t, testenv.ConnectSeed(t, url, seeds["alpha"], nil)).NewSession("default")
+	if res, err := s.Run(ctx, wire.Job{Mode: wire.ModeInteractive, Script: "emit_result(1)"}); err != nil || !res.Success {
+		t.Errorf("alpha's session call after beta's floods: %+v, %v", res, err)
+	}
+}
