@@ -33,11 +33,12 @@ type triage struct {
 	bg     *background     // where the look-ups and purges run
 
 	mu     sync.Mutex
-	sweeps map[string]bool // a sweep of the stream is queued (sweepSoon)
+	sweeps map[string]bool  // a sweep of the stream is queued (sweepSoon)
+	calls  map[seenCall]int // noted calls not swept yet, and how often swept and not found
 }
 
 func newTriage(js jetstream.JetStream, sandboxes []Sandbox, ev *events, bg *background, log *slog.Logger) *triage {
-	t := &triage{js: js, log: log, served: map[string]bool{}, events: ev, bg: bg, sweeps: map[string]bool{}}
+	t := &triage{js: js, log: log, served: map[string]bool{}, events: ev, bg: bg, sweeps: map[string]bool{}, calls: map[seenCall]int{}}
 	var names []string
 	for _, sb := range sandboxes {
 		t.served[sb.Name] = true
@@ -127,9 +128,14 @@ func (t *triage) sweepSoon(s subjects, m *nats.Msg) {
 		t.sweeps[s.stream] = false
 		t.mu.Unlock()
 		// The subscription that saw m may get it before the stream has stored it:
-		// looked at again, twice at most, while nothing is removed.
-		for range 3 {
-			if t.sweep(ctx, s) > 0 {
+		// looked at again, twice at most, while nothing is removed or noted calls
+		// were not found.
+		for try := range 3 {
+			removed := t.sweep(ctx, s, true)
+			t.mu.Lock()
+			pending := s.stream == wire.StreamSessions && len(t.calls) > 0
+			t.mu.Unlock()
+			if removed > 0 && !pending || try == 2 {
 				return
 			}
 			sleep(ctx, 200*time.Millisecond)
@@ -137,73 +143,83 @@ func (t *triage) sweepSoon(s subjects, m *nats.Msg) {
 	})
 }
 
-// sweepAll sweeps both streams, once: what was published while no worker ran, or
-// whose sweep a worker that stopped did not finish, is seen by no subscription.
+// sweepAll sweeps both streams once, at start, of what no consumer can ever take:
+// what was published while no worker ran is seen by no subscription.
 func (t *triage) sweepAll() {
-	t.sweepSoon(jobSubjects, &nats.Msg{})
-	t.sweepSoon(sessionSubjects, &nats.Msg{})
+	for _, s := range []subjects{jobSubjects, sessionSubjects} {
+		t.bg.run("", &nats.Msg{}, func(ctx context.Context) { t.sweep(ctx, s, false) })
+	}
 }
 
-// sweep removes the messages of every subject of s that no consumer serves, or can
-// (one that names no sandbox), and says how many subjects it found.
-func (t *triage) sweep(ctx context.Context, s subjects) (removed int) {
+// sweep removes from the stream of s the messages of every subject that names no
+// sandbox, and says how many subjects and calls it removed. Seen live, it also
+// removes those of sandboxes no worker serves, answered with invalid_job unless they
+// have their end: in the jobs stream every job of such a sandbox, in the sessions
+// stream the calls noted (seeSession).
+func (t *triage) sweep(ctx context.Context, s subjects, live bool) (removed int) {
 	stream, err := t.js.Stream(ctx, s.stream)
 	if err != nil {
 		return 0
+	}
+	known := map[string]bool{}
+	served := func(sandbox string) bool {
+		v, ok := known[sandbox]
+		if !ok {
+			var err error
+			if v, err = s.served(ctx, t.js, sandbox); err != nil {
+				return true // not known: left alone
+			}
+			known[sandbox] = v
+		}
+		return v
 	}
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(s.all))
 	if err != nil {
 		return 0
 	}
-	served := map[string]bool{}
 	for subject := range info.State.Subjects {
-		if sandbox, err := s.sandbox(subject); err == nil {
-			known, ok := served[sandbox]
-			if !ok {
-				if known, err = s.served(ctx, t.js, sandbox); err != nil {
-					continue
-				}
-				served[sandbox] = known
+		sandbox, err := s.sandbox(subject)
+		switch {
+		case err != nil && strings.ContainsAny(subject, "*>"):
+			deleteLiteral(ctx, stream, subject)
+		case err != nil:
+			if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+				t.log.Warn("purge messages that name no sandbox", "stream", s.stream, "subject", subject, "err", err)
 			}
-			if known {
-				continue
-			}
+		case live && s.stream == wire.StreamExec && !served(sandbox):
+			t.purgeUnserved(ctx, stream, subject, sandbox)
+		default:
+			continue
 		}
 		removed++
-		if strings.ContainsAny(subject, "*>") {
-			deleteLiteral(ctx, stream, subject)
-			continue
-		}
-		// Each answered unless it has its end (the triage that saw it answered it),
-		// then removed: one published while no worker ran was seen by no subscription.
-		sandbox, _ := s.sandbox(subject)
-		tenant := tenantOf(subject)
-		var through uint64
-		_, _ = scan(ctx, stream, subject, 0, literalDeleteMax, func(m *jetstream.RawStreamMsg) bool {
-			msg := &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}
-			if id, _, _ := identify(m.Header, m.Data); id != "" {
-				ended, err := t.events.ended(ctx, execRef{tenant, id}.key())
-				if err != nil {
-					return false // kept, to be answered by a later sweep
-				}
-				if !ended {
-					t.unknown(tenant, sandbox, msg)
-				}
-			}
-			through = m.Sequence
-			return true
-		})
-		if through == 0 {
-			continue
-		}
-		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(through+1)); err != nil {
-			t.log.Warn("purge the messages of an unknown sandbox", "stream", s.stream, "subject", subject, "err", err)
-		}
+	}
+	if live && s.stream == wire.StreamSessions {
+		removed += t.sweepCalls(ctx, stream, served)
 	}
 	if removed > 0 {
-		t.log.Info("removed what no worker can take", "stream", s.stream, "subjects", removed)
+		t.log.Info("removed what no worker can take", "stream", s.stream, "removed", removed)
 	}
 	return removed
+}
+
+// purgeUnserved answers each message of subject, whose sandbox no worker serves,
+// unless it has its end (the triage that saw it answered it), and removes it.
+func (t *triage) purgeUnserved(ctx context.Context, stream jetstream.Stream, subject, sandbox string) {
+	tenant := tenantOf(subject)
+	var through uint64
+	_, _ = scan(ctx, stream, subject, 0, literalDeleteMax, func(m *jetstream.RawStreamMsg) bool {
+		if !t.answer(ctx, tenant, sandbox, m) {
+			return false
+		}
+		through = m.Sequence
+		return true
+	})
+	if through == 0 {
+		return
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(through+1)); err != nil {
+		t.log.Warn("purge the messages of an unknown sandbox", "subject", subject, "err", err)
+	}
 }
 
 // literalDeleteMax bounds how many messages one deleteLiteral removes.
@@ -237,26 +253,83 @@ func identify(h nats.Header, data []byte) (id, ct string, meta map[string]string
 	return ownedID(job, id), ct, job.Metadata
 }
 
-// seeSession is see for a session call: one of a sandbox no worker serves (no opener
-// consumer) gets invalid_job; it, and a call on a subject that names no session (a
-// literal wildcard), is then removed from the sessions stream by a sweep, where it
-// would hold room until the stream's max age (a flood of them refused every
-// session's calls, a review's attack). Should an opener come first, it skips such a
+// seeSession is see for a session call. A call of a sandbox this worker does not serve
+// is noted, and the sweep of the sessions stream answers it with invalid_job and
+// removes it if no worker serves its sandbox (a call published while no worker ran
+// at all waits for the first worker of its sandbox). A call on a subject that names
+// no session (a literal wildcard) is removed by the sweep too. Either would hold room
+// until the stream's max age (a flood of them refused every session's calls, a
+// review's attack). The note, not a task a call, is what a flood cannot drop: a
+// tenant's background queue is bounded. Should an opener come first, it skips such a
 // call, since it has its end (opener.go).
 func (t *triage) seeSession(m *nats.Msg) {
-	tenant, sandbox, _, err := wire.ParseSessionSubject(m.Subject)
-	switch {
-	case err != nil:
-		t.sweepSoon(sessionSubjects, m)
-		return
-	case t.served[sandbox]:
+	_, sandbox, _, err := wire.ParseSessionSubject(m.Subject)
+	if err == nil && t.served[sandbox] {
 		return
 	}
-	t.bg.run(tenant, m, func(ctx context.Context) {
-		if exists, err := sessionSubjects.served(ctx, t.js, sandbox); err != nil || exists {
-			return
+	if err == nil {
+		t.mu.Lock()
+		if len(t.calls) < seenCallsMax {
+			t.calls[seenCall{m.Subject, m.Header.Get(wire.HeaderMsgID)}] = 0
 		}
-		t.unknown(tenant, sandbox, m)
-		t.sweepSoon(sessionSubjects, m)
-	})
+		t.mu.Unlock()
+	}
+	t.sweepSoon(sessionSubjects, m)
+}
+
+// seenCall is a session call of a sandbox this worker does not serve: its subject and
+// its Nats-Msg-Id.
+type seenCall struct{ subject, id string }
+
+// seenCallsMax bounds the calls noted and not swept yet: the default max_backlog.
+const seenCallsMax = DefaultMaxBacklog
+
+// sweepCalls answers and removes the noted calls of sandboxes no worker serves.
+func (t *triage) sweepCalls(ctx context.Context, stream jetstream.Stream, served func(string) bool) (removed int) {
+	t.mu.Lock()
+	calls := t.calls
+	t.calls = map[seenCall]int{}
+	t.mu.Unlock()
+	for c, tries := range calls {
+		tenant, sandbox, _, _ := wire.ParseSessionSubject(c.subject)
+		if served(sandbox) {
+			continue
+		}
+		found := false
+		_, _ = scan(ctx, stream, c.subject, 0, literalDeleteMax, func(m *jetstream.RawStreamMsg) bool {
+			if found = m.Header.Get(wire.HeaderMsgID) == c.id; !found {
+				return true
+			}
+			if t.answer(ctx, tenant, sandbox, m) {
+				_ = stream.DeleteMsg(ctx, m.Sequence)
+				removed++
+			}
+			return false
+		})
+		// Not stored yet (the subscription got it first), or never (a duplicate the
+		// stream dropped): looked for again by the next sweeps, three in all.
+		if !found && tries < 2 {
+			t.mu.Lock()
+			t.calls[c] = max(t.calls[c], tries+1)
+			t.mu.Unlock()
+		}
+	}
+	return removed
+}
+
+// answer answers m, a message of a sandbox no worker serves, with invalid_job unless
+// it has its end already; it reports whether m has its end now.
+func (t *triage) answer(ctx context.Context, tenant, sandbox string, m *jetstream.RawStreamMsg) bool {
+	id, _, _ := identify(m.Header, m.Data)
+	if id == "" {
+		return true // nothing is owed a message with no id of its own
+	}
+	ended, err := t.events.ended(ctx, execRef{tenant, id}.key())
+	if err != nil {
+		return false // kept, to be answered by a later sweep
+	}
+	if !ended {
+		t.unknown(tenant, sandbox, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+	}
+	return true
 }
