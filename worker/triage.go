@@ -33,12 +33,13 @@ type triage struct {
 	bg     *background     // where the look-ups and purges run
 
 	mu     sync.Mutex
-	sweeps map[string]bool  // a sweep of the stream is queued (sweepSoon)
-	calls  map[seenCall]int // noted calls not swept yet, and how often swept and not found
+	sweeps map[string]int            // by stream: sweepIdle, sweepQueued, sweepAgain
+	noted  map[string]map[string]int // by stream: subjects to sweep, and their passes left
 }
 
 func newTriage(js jetstream.JetStream, sandboxes []Sandbox, ev *events, bg *background, log *slog.Logger) *triage {
-	t := &triage{js: js, log: log, served: map[string]bool{}, events: ev, bg: bg, sweeps: map[string]bool{}, calls: map[seenCall]int{}}
+	t := &triage{js: js, log: log, served: map[string]bool{}, events: ev, bg: bg, sweeps: map[string]int{},
+		noted: map[string]map[string]int{wire.StreamExec: {}, wire.StreamSessions: {}}}
 	var names []string
 	for _, sb := range sandboxes {
 		t.served[sb.Name] = true
@@ -62,12 +63,11 @@ func (t *triage) see(m *nats.Msg) {
 	if t.served[sandbox] {
 		return // ours: the common case costs a map lookup
 	}
+	t.sweepSoon(jobSubjects, m)
 	t.bg.run(tenant, m, func(ctx context.Context) {
-		if exists, err := jobSubjects.served(ctx, t.js, sandbox); err != nil || exists {
-			return
+		if exists, err := jobSubjects.served(ctx, t.js, sandbox); err == nil && !exists {
+			t.unknown(tenant, sandbox, m)
 		}
-		t.unknown(tenant, sandbox, m)
-		t.sweepSoon(jobSubjects, m)
 	})
 }
 
@@ -112,129 +112,163 @@ func (s subjects) served(ctx context.Context, js jetstream.JetStream, sandbox st
 	return err == nil, err
 }
 
-// sweepSoon sweeps the stream of s (sweep) for a message m just seen, as the fleet's
-// background work: one sweep of a stream at a time, queued once however many
-// messages ask for one (a tenant's flood of them would have dropped its own, and the
-// messages that asked stayed for the stream's max age: a review's attack). A sweep
-// asked for while one runs runs after it.
+// Sweeps. A subject no consumer can take is noted when one of its messages is seen,
+// and the stream's sweep removes the noted subjects' messages: it purges a subject of
+// a sandbox no worker serves (its messages were answered as they were seen), and
+// deletes those of a subject that names no sandbox. A sweep is the fleet's background
+// work, one of a stream at a time however many messages ask (a tenant's flood of them
+// filled its own queue before, and the messages behind stayed: a review's attack); a
+// sweep asked for while one runs, or cut short by its deadline, runs after it.
+const (
+	sweepIdle    = iota
+	sweepQueued            // queued or running
+	sweepAgain             // asked for again while queued or running
+	notedMax     = 100_000 // subjects noted and not swept yet, per stream
+	sweepPasses  = 2       // a subject is swept again 200 ms later: its message may not have been stored
+	literalBatch = 1000    // messages a deleteLiteral looks at before it checks its deadline
+)
+
+// sweepSoon notes the subject of m, just seen, and sweeps the stream of s.
 func (t *triage) sweepSoon(s subjects, m *nats.Msg) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.sweeps[s.stream] {
+	if n := t.noted[s.stream]; len(n) < notedMax {
+		n[m.Subject] = sweepPasses
+	}
+	switch t.sweeps[s.stream] {
+	case sweepIdle:
+		t.queueSweep(s, m)
+	case sweepQueued:
+		t.sweeps[s.stream] = sweepAgain
+	}
+}
+
+// queueSweep queues a sweep of the stream of s; t.mu is held.
+func (t *triage) queueSweep(s subjects, m *nats.Msg) {
+	t.sweeps[s.stream] = sweepIdle
+	if t.bg.run("", m, func(ctx context.Context) { t.sweepOnce(ctx, s, m) }) {
+		t.sweeps[s.stream] = sweepQueued
+	}
+}
+
+// sweepOnce sweeps the stream of s and queues the next sweep if one was asked for
+// meanwhile or this one left noted subjects.
+func (t *triage) sweepOnce(ctx context.Context, s subjects, m *nats.Msg) {
+	t.sweep(ctx, s)
+	sleep(ctx, 200*time.Millisecond)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sweeps[s.stream] == sweepAgain || len(t.noted[s.stream]) > 0 {
+		t.queueSweep(s, m)
 		return
 	}
-	t.sweeps[s.stream] = t.bg.run("", m, func(ctx context.Context) {
-		t.mu.Lock()
-		t.sweeps[s.stream] = false
-		t.mu.Unlock()
-		// The subscription that saw m may get it before the stream has stored it:
-		// looked at again, twice at most, while nothing is removed or noted calls
-		// were not found.
-		for try := range 3 {
-			removed := t.sweep(ctx, s, true)
-			t.mu.Lock()
-			pending := s.stream == wire.StreamSessions && len(t.calls) > 0
-			t.mu.Unlock()
-			if removed > 0 && !pending || try == 2 {
-				return
-			}
-			sleep(ctx, 200*time.Millisecond)
-		}
-	})
+	t.sweeps[s.stream] = sweepIdle
 }
 
-// sweepAll sweeps both streams once, at start, of what no consumer can ever take:
-// what was published while no worker ran is seen by no subscription.
-func (t *triage) sweepAll() {
-	for _, s := range []subjects{jobSubjects, sessionSubjects} {
-		t.bg.run("", &nats.Msg{}, func(ctx context.Context) { t.sweep(ctx, s, false) })
-	}
-}
-
-// sweep removes from the stream of s the messages of every subject that names no
-// sandbox, and says how many subjects and calls it removed. Seen live, it also
-// removes those of sandboxes no worker serves, answered with invalid_job unless they
-// have their end: in the jobs stream every job of such a sandbox, in the sessions
-// stream the calls noted (seeSession).
-func (t *triage) sweep(ctx context.Context, s subjects, live bool) (removed int) {
-	stream, err := t.js.Stream(ctx, s.stream)
-	if err != nil {
-		return 0
-	}
+// sweep removes the messages of the noted subjects of s that no worker serves or can.
+// A subject it did not finish stays noted.
+func (t *triage) sweep(ctx context.Context, s subjects) {
+	t.mu.Lock()
+	noted := t.noted[s.stream]
+	t.noted[s.stream] = map[string]int{}
+	t.mu.Unlock()
 	known := map[string]bool{}
-	served := func(sandbox string) bool {
-		v, ok := known[sandbox]
-		if !ok {
-			var err error
-			if v, err = s.served(ctx, t.js, sandbox); err != nil {
-				return true // not known: left alone
-			}
-			known[sandbox] = v
+	removed := 0
+	for subject, passes := range noted {
+		done := ctx.Err() == nil
+		if done {
+			done = t.remove(ctx, s, subject, known)
 		}
-		return v
-	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(s.all))
-	if err != nil {
-		return 0
-	}
-	for subject := range info.State.Subjects {
-		sandbox, err := s.sandbox(subject)
-		switch {
-		case err != nil && strings.ContainsAny(subject, "*>"):
-			deleteLiteral(ctx, stream, subject)
-		case err != nil:
-			if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
-				t.log.Warn("purge messages that name no sandbox", "stream", s.stream, "subject", subject, "err", err)
+		if !done || passes > 1 {
+			if !done {
+				passes++
 			}
-		case live && s.stream == wire.StreamExec && !served(sandbox):
-			t.purgeUnserved(ctx, stream, subject, sandbox)
-		default:
-			continue
+			t.mu.Lock()
+			t.noted[s.stream][subject] = max(t.noted[s.stream][subject], passes-1)
+			t.mu.Unlock()
 		}
-		removed++
-	}
-	if live && s.stream == wire.StreamSessions {
-		removed += t.sweepCalls(ctx, stream, served)
+		if done {
+			removed++
+		}
 	}
 	if removed > 0 {
-		t.log.Info("removed what no worker can take", "stream", s.stream, "removed", removed)
+		t.log.Debug("swept what no worker can take", "stream", s.stream, "subjects", removed)
 	}
-	return removed
 }
 
-// purgeUnserved answers each message of subject, whose sandbox no worker serves,
-// unless it has its end (the triage that saw it answered it), and removes it.
-func (t *triage) purgeUnserved(ctx context.Context, stream jetstream.Stream, subject, sandbox string) {
-	tenant := tenantOf(subject)
-	var through uint64
-	_, _ = scan(ctx, stream, subject, 0, literalDeleteMax, func(m *jetstream.RawStreamMsg) bool {
-		if !t.answer(ctx, tenant, sandbox, m) {
-			return false
+// remove removes the messages of subject of s if no worker serves its sandbox or it
+// names none, and says whether it is done with it.
+func (t *triage) remove(ctx context.Context, s subjects, subject string, known map[string]bool) bool {
+	stream, err := t.js.Stream(ctx, s.stream)
+	if err != nil {
+		return false
+	}
+	sandbox, err := s.sandbox(subject)
+	switch {
+	case err != nil && strings.ContainsAny(subject, "*>"):
+		return deleteLiteral(ctx, stream, subject)
+	case err == nil:
+		served, ok := known[sandbox]
+		if !ok {
+			if served, err = s.served(ctx, t.js, sandbox); err != nil {
+				return false
+			}
+			known[sandbox] = served
 		}
-		through = m.Sequence
-		return true
-	})
-	if through == 0 {
-		return
+		if served {
+			return true
+		}
 	}
-	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(through+1)); err != nil {
-		t.log.Warn("purge the messages of an unknown sandbox", "subject", subject, "err", err)
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+		t.log.Warn("purge messages no worker can take", "stream", s.stream, "subject", subject, "err", err)
+		return false
 	}
+	return true
 }
 
-// literalDeleteMax bounds how many messages one deleteLiteral removes.
-const literalDeleteMax = 1000
+// sweepAll removes, at start, the messages of every subject of both streams that
+// names no sandbox: those published while no worker ran were seen by no subscription.
+func (t *triage) sweepAll() {
+	for _, s := range []subjects{jobSubjects, sessionSubjects} {
+		t.bg.run("", &nats.Msg{}, func(ctx context.Context) {
+			stream, err := t.js.Stream(ctx, s.stream)
+			if err != nil {
+				return
+			}
+			info, err := stream.Info(ctx, jetstream.WithSubjectFilter(s.all))
+			if err != nil {
+				return
+			}
+			for subject := range info.State.Subjects {
+				if _, err := s.sandbox(subject); err != nil {
+					t.sweepSoon(s, &nats.Msg{Subject: subject})
+				}
+			}
+		})
+	}
+}
 
 // deleteLiteral removes the messages whose subject is literally subject, one that
 // holds a wildcard token ("jazzmine.exec.<tenant>.*", published as it is): purging
-// by it would take every subject it matches, other sandboxes' jobs with them.
-func deleteLiteral(ctx context.Context, stream jetstream.Stream, subject string) {
-	_, _ = scan(ctx, stream, subject, 0, literalDeleteMax, func(msg *jetstream.RawStreamMsg) bool {
-		if msg.Subject == subject {
-			_ = stream.DeleteMsg(ctx, msg.Sequence)
+// by it would take every subject it matches, other sandboxes' jobs with them. It
+// reports whether it looked at every message the subject matches before ctx ended.
+func deleteLiteral(ctx context.Context, stream jetstream.Stream, subject string) bool {
+	var from uint64
+	for {
+		complete, err := scan(ctx, stream, subject, from, literalBatch, func(msg *jetstream.RawStreamMsg) bool {
+			if msg.Subject == subject {
+				_ = stream.DeleteMsg(ctx, msg.Sequence)
+			}
+			from = msg.Sequence + 1
+			return true
+		})
+		if err != nil || ctx.Err() != nil {
+			return false
 		}
-		return true
-	})
+		if complete {
+			return true
+		}
+	}
 }
 
 // identify reads what a job message says about itself for an error event: a usable
@@ -253,83 +287,25 @@ func identify(h nats.Header, data []byte) (id, ct string, meta map[string]string
 	return ownedID(job, id), ct, job.Metadata
 }
 
-// seeSession is see for a session call. A call of a sandbox this worker does not serve
-// is noted, and the sweep of the sessions stream answers it with invalid_job and
-// removes it if no worker serves its sandbox (a call published while no worker ran
-// at all waits for the first worker of its sandbox). A call on a subject that names
-// no session (a literal wildcard) is removed by the sweep too. Either would hold room
-// until the stream's max age (a flood of them refused every session's calls, a
-// review's attack). The note, not a task a call, is what a flood cannot drop: a
-// tenant's background queue is bounded. Should an opener come first, it skips such a
-// call, since it has its end (opener.go).
+// seeSession is see for a session call: one of a sandbox no worker serves (no opener
+// consumer) gets invalid_job, and the sweep removes its session's calls (a call of
+// another session published while no worker ran at all waits for the first worker of
+// its sandbox); a call on a subject that names no session (a literal wildcard) is
+// removed by the sweep too. Either would hold room until the stream's max age (a
+// flood of them refused every session's calls, a review's attack). Should an opener
+// come first, it skips such a call, since it has its end (opener.go).
 func (t *triage) seeSession(m *nats.Msg) {
-	_, sandbox, _, err := wire.ParseSessionSubject(m.Subject)
+	tenant, sandbox, _, err := wire.ParseSessionSubject(m.Subject)
 	if err == nil && t.served[sandbox] {
 		return
 	}
-	if err == nil {
-		t.mu.Lock()
-		if len(t.calls) < seenCallsMax {
-			t.calls[seenCall{m.Subject, m.Header.Get(wire.HeaderMsgID)}] = 0
-		}
-		t.mu.Unlock()
-	}
 	t.sweepSoon(sessionSubjects, m)
-}
-
-// seenCall is a session call of a sandbox this worker does not serve: its subject and
-// its Nats-Msg-Id.
-type seenCall struct{ subject, id string }
-
-// seenCallsMax bounds the calls noted and not swept yet: the default max_backlog.
-const seenCallsMax = DefaultMaxBacklog
-
-// sweepCalls answers and removes the noted calls of sandboxes no worker serves.
-func (t *triage) sweepCalls(ctx context.Context, stream jetstream.Stream, served func(string) bool) (removed int) {
-	t.mu.Lock()
-	calls := t.calls
-	t.calls = map[seenCall]int{}
-	t.mu.Unlock()
-	for c, tries := range calls {
-		tenant, sandbox, _, _ := wire.ParseSessionSubject(c.subject)
-		if served(sandbox) {
-			continue
-		}
-		found := false
-		_, _ = scan(ctx, stream, c.subject, 0, literalDeleteMax, func(m *jetstream.RawStreamMsg) bool {
-			if found = m.Header.Get(wire.HeaderMsgID) == c.id; !found {
-				return true
-			}
-			if t.answer(ctx, tenant, sandbox, m) {
-				_ = stream.DeleteMsg(ctx, m.Sequence)
-				removed++
-			}
-			return false
-		})
-		// Not stored yet (the subscription got it first), or never (a duplicate the
-		// stream dropped): looked for again by the next sweeps, three in all.
-		if !found && tries < 2 {
-			t.mu.Lock()
-			t.calls[c] = max(t.calls[c], tries+1)
-			t.mu.Unlock()
-		}
-	}
-	return removed
-}
-
-// answer answers m, a message of a sandbox no worker serves, with invalid_job unless
-// it has its end already; it reports whether m has its end now.
-func (t *triage) answer(ctx context.Context, tenant, sandbox string, m *jetstream.RawStreamMsg) bool {
-	id, _, _ := identify(m.Header, m.Data)
-	if id == "" {
-		return true // nothing is owed a message with no id of its own
-	}
-	ended, err := t.events.ended(ctx, execRef{tenant, id}.key())
 	if err != nil {
-		return false // kept, to be answered by a later sweep
+		return
 	}
-	if !ended {
-		t.unknown(tenant, sandbox, &nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
-	}
-	return true
+	t.bg.run(tenant, m, func(ctx context.Context) {
+		if exists, err := sessionSubjects.served(ctx, t.js, sandbox); err == nil && !exists {
+			t.unknown(tenant, sandbox, m)
+		}
+	})
 }
