@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"time"
 
@@ -359,6 +360,9 @@ func (s *sessions) claim(ctx context.Context, sandbox string, id sessionRef, msg
 		s.answerDone(sandbox, msg, wire.KindSessionLimit, fmt.Sprintf("session %s could not be opened: %s", id.id, reason))
 		return
 	}
+	// Reserved until begin has put the session in s.held, or failed: another opener's
+	// claim meanwhile counts it (two openers of a worker both passed the check).
+	defer s.unreserve(id)
 	rev, err := s.kv.Create(ctx, id.key(), mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionOpen}))
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -389,19 +393,35 @@ func (s *sessions) claim(ctx context.Context, sandbox string, id sessionRef, msg
 func tenantShare(n int) int { return max(1, n/2) }
 
 // room says why this worker may not open session id of sandbox now ("held 4
-// sessions of sandbox py, its limit"), or "".
+// sessions of sandbox py, its limit"), or "" and reserves its room until unreserve.
 func (s *sessions) room(sandbox string, id sessionRef) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if full := s.roomLocked(sandbox, id); full != "" {
+		return full
+	}
+	s.reserved[id.key()] = &session{ref: id, sandbox: sandbox}
+	return ""
+}
+
+// unreserve forgets the reservation room made for session id.
+func (s *sessions) unreserve(id sessionRef) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.reserved, id.key())
+}
+
+// roomLocked is room, with s.mu held, counting the sessions held and reserved.
+func (s *sessions) roomLocked(sandbox string, id sessionRef) string {
 	if s.stopped {
 		return "was stopping"
 	}
-	if len(s.held) >= s.cfg.MaxSessions {
-		return fmt.Sprintf("held %d sessions, its limit", len(s.held))
+	if len(s.held)+len(s.reserved) >= s.cfg.MaxSessions {
+		return fmt.Sprintf("held %d sessions, its limit", len(s.held)+len(s.reserved))
 	}
 	sb := s.cfg.sandbox(sandbox)
 	n, ofTenant, ofTenantHere := 0, 0, 0
-	for _, h := range s.held {
+	for _, h := range chain(s.held, s.reserved) {
 		mine := id.tenant != "" && h.ref.tenant == id.tenant
 		if mine {
 			ofTenant++
@@ -422,4 +442,17 @@ func (s *sessions) room(sandbox string, id sessionRef) string {
 		return fmt.Sprintf("held %d sessions of this tenant, its limit for one tenant", ofTenant)
 	}
 	return ""
+}
+
+// chain yields the values of the maps, one after the other.
+func chain(ms ...map[string]*session) iter.Seq2[string, *session] {
+	return func(yield func(string, *session) bool) {
+		for _, m := range ms {
+			for k, v := range m {
+				if !yield(k, v) {
+					return
+				}
+			}
+		}
+	}
 }

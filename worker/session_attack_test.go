@@ -554,3 +554,35 @@ func TestSessionAttackATenantTakesNoWorkersEverySessionAcrossSandboxes(t *testin
 		}
 	}
 }
+
+// TestSessionAttackATenantsShareHoldsForSessionsOpenedAtOnce: each sandbox's opener
+// checked the tenant's share on its own, before the session was held, so two new
+// sessions in two sandboxes at once both passed (a review's attack, 3 runs of 3). A
+// worker of 6 sessions (a tenant's share 3), two sandboxes: alpha holds one in each,
+// then opens one more in each at once; one of them is refused.
+func TestSessionAttackATenantsShareHoldsForSessionsOpenedAtOnce(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	twoSandboxes(t, nc, func(c *worker.Config) { c.MaxSessions = 6 })
+	for _, c := range []struct{ sb, id string }{{"default", "a1"}, {"second", "a2"}} {
+		if ok, kind, msg, _ := runTenantCall(t, nc, "alpha", wire.Job{Sandbox: c.sb, SessionID: c.id, Script: "x = 1"}); !ok {
+			t.Fatalf("alpha's %s: %s: %s", c.id, kind, msg)
+		}
+	}
+	opened := make(chan bool, 2)
+	for _, c := range []struct{ sb, id string }{{"default", "a3"}, {"second", "a4"}} {
+		go func() {
+			ok, kind, msg, _ := runTenantCall(t, nc, "alpha", wire.Job{Sandbox: c.sb, SessionID: c.id, Script: "x = 1"})
+			t.Logf("alpha's %s: %v %s %s", c.id, ok, kind, msg)
+			opened <- ok
+		}()
+	}
+	n := 2
+	for range 2 {
+		if <-opened {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Errorf("alpha holds %d sessions of a worker of 6; want its share, 3", n)
+	}
+}
