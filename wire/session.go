@@ -10,12 +10,9 @@ package wire
 const (
 	// SubjectPrefixSession is the prefix of the subjects of session calls.
 	SubjectPrefixSession = "jazzmine.session"
-	// SessionWildcard matches every session call of the fleet's own account.
+	// SessionWildcard matches every session call of the fleet's own account
+	// (a tenant's have one token more).
 	SessionWildcard = SubjectPrefixSession + ".*.*"
-	// TenantSessionWildcard matches every session call of a tenant, as the
-	// fleet's account sees it. With [SessionWildcard], the subjects of
-	// [StreamSessions].
-	TenantSessionWildcard = SubjectPrefixSession + ".*.*.*"
 	// StreamSessions is the stream of session calls.
 	StreamSessions = "JAZZMINE_SESSIONS"
 )
@@ -35,12 +32,6 @@ func TenantSessionSubject(tenant, sandbox, sessionID string) string {
 		return SessionSubject(sandbox, sessionID)
 	}
 	return SubjectPrefixSession + "." + tenant + "." + sandbox + "." + sessionID
-}
-
-// SessionSandboxWildcards match the calls of every session of sandbox, from
-// every tenant: jazzmine.session.<sandbox>.* and jazzmine.session.*.<sandbox>.*.
-func SessionSandboxWildcards(sandbox string) []string {
-	return []string{SubjectPrefixSession + "." + sandbox + ".*", SubjectPrefixSession + ".*." + sandbox + ".*"}
 }
 
 // ParseSessionSubject returns the tenant ("" for none), the sandbox and the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"math"
 	"time"
 
@@ -344,7 +343,7 @@ func (s *sessions) answerAll(ctx context.Context, sandbox string, id sessionRef,
 // session is held as any other.
 func (s *sessions) claim(ctx context.Context, sandbox string, id sessionRef, msg jetstream.Msg, meta *jetstream.MsgMetadata, vs *views) {
 	last := int(meta.NumDelivered) >= s.cfg.MaxDeliver
-	if full := s.room(sandbox, id); full != "" {
+	if full := s.reserve(sandbox, id); full != "" {
 		s.log.Debug("no room for a session here", "session_id", id.key(), "sandbox", sandbox, "limit", full, "last_delivery", last)
 		if !last {
 			_ = msg.NakWithDelay(200 * time.Millisecond)
@@ -360,11 +359,11 @@ func (s *sessions) claim(ctx context.Context, sandbox string, id sessionRef, msg
 		s.answerDone(sandbox, msg, wire.KindSessionLimit, fmt.Sprintf("session %s could not be opened: %s", id.id, reason))
 		return
 	}
-	// Reserved until begin has put the session in s.held, or failed: another opener's
-	// claim meanwhile counts it (two openers of a worker both passed the check).
-	defer s.unreserve(id)
 	rev, err := s.kv.Create(ctx, id.key(), mustJSON(&sessionEntry{Worker: s.cfg.WorkerID, Sandbox: sandbox, State: sessionOpen}))
 	if err != nil {
+		s.mu.Lock()
+		delete(s.held, id.key()) // its reservation
+		s.mu.Unlock()
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			s.log.Warn("claim a session", "session_id", id.key(), "err", err)
 		}
@@ -392,36 +391,22 @@ func (s *sessions) claim(ctx context.Context, sandbox string, id sessionRef, msg
 // tenantShare is the most of n sessions one tenant may hold: half, at least one.
 func tenantShare(n int) int { return max(1, n/2) }
 
-// room says why this worker may not open session id of sandbox now ("held 4
-// sessions of sandbox py, its limit"), or "" and reserves its room until unreserve.
-func (s *sessions) room(sandbox string, id sessionRef) string {
+// reserve says why this worker may not open session id of sandbox now ("held 4
+// sessions of sandbox py, its limit"), or "" and holds its room in s.held until begin
+// puts the session there or the claim fails: another opener's claim meanwhile counts
+// it (two openers of a worker both passed the check, each counting what was held).
+func (s *sessions) reserve(sandbox string, id sessionRef) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if full := s.roomLocked(sandbox, id); full != "" {
-		return full
-	}
-	s.reserved[id.key()] = &session{ref: id, sandbox: sandbox}
-	return ""
-}
-
-// unreserve forgets the reservation room made for session id.
-func (s *sessions) unreserve(id sessionRef) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.reserved, id.key())
-}
-
-// roomLocked is room, with s.mu held, counting the sessions held and reserved.
-func (s *sessions) roomLocked(sandbox string, id sessionRef) string {
 	if s.stopped {
 		return "was stopping"
 	}
-	if len(s.held)+len(s.reserved) >= s.cfg.MaxSessions {
-		return fmt.Sprintf("held %d sessions, its limit", len(s.held)+len(s.reserved))
+	if len(s.held) >= s.cfg.MaxSessions {
+		return fmt.Sprintf("held %d sessions, its limit", len(s.held))
 	}
 	sb := s.cfg.sandbox(sandbox)
 	n, ofTenant, ofTenantHere := 0, 0, 0
-	for _, h := range chain(s.held, s.reserved) {
+	for _, h := range s.held {
 		mine := id.tenant != "" && h.ref.tenant == id.tenant
 		if mine {
 			ofTenant++
@@ -441,18 +426,6 @@ func (s *sessions) roomLocked(sandbox string, id sessionRef) string {
 	case id.tenant != "" && ofTenant >= tenantShare(s.cfg.MaxSessions):
 		return fmt.Sprintf("held %d sessions of this tenant, its limit for one tenant", ofTenant)
 	}
+	s.held[id.key()] = &session{ref: id, sandbox: sandbox}
 	return ""
-}
-
-// chain yields the values of the maps, one after the other.
-func chain(ms ...map[string]*session) iter.Seq2[string, *session] {
-	return func(yield func(string, *session) bool) {
-		for _, m := range ms {
-			for k, v := range m {
-				if !yield(k, v) {
-					return
-				}
-			}
-		}
-	}
 }

@@ -65,9 +65,8 @@ type sessions struct {
 	openers map[string]jetstream.Consumer
 
 	mu        sync.Mutex
-	held      map[string]*session // by session key
+	held      map[string]*session // by session key; reserved while being opened (claim)
 	finishing map[string]bool     // ended sessions whose calls this worker answers (opener.go)
-	reserved  map[string]*session // sessions being opened here (claim), not held yet
 	stopped   bool
 	loops     sync.WaitGroup // openers, session loops and the answering of ended sessions
 }
@@ -87,7 +86,7 @@ type session struct {
 }
 
 func newSessions(cfg *Config, js jetstream.JetStream, proc *processor, ev *events) *sessions {
-	return &sessions{cfg: cfg, js: js, proc: proc, events: ev, log: cfg.Logger, openers: map[string]jetstream.Consumer{}, held: map[string]*session{}, finishing: map[string]bool{}, reserved: map[string]*session{}}
+	return &sessions{cfg: cfg, js: js, proc: proc, events: ev, log: cfg.Logger, openers: map[string]jetstream.Consumer{}, held: map[string]*session{}, finishing: map[string]bool{}}
 }
 
 // start runs an opener loop per sandbox until ctx ends.

@@ -142,8 +142,8 @@ func TestSessionAttackSameIDInAnotherSandbox(t *testing.T) {
 }
 
 // TestSessionAttackSandboxNobodyServes: a stateless job of a sandbox nobody serves
-// gets invalid_job from the triage; a session call of one is never answered (it sits
-// in JAZZMINE_SESSIONS for SessionMaxLife + EventsMaxAge).
+// gets invalid_job from the triage; a session call of one was never answered (it sat
+// in JAZZMINE_SESSIONS for SessionMaxLife + EventsMaxAge) and now gets an answer too.
 func TestSessionAttackSandboxNobodyServes(t *testing.T) {
 	_, nc := testenv.NATS(t)
 	startWorker(t, nc, 1, 0, nil)
@@ -569,16 +569,20 @@ func TestSessionAttackATenantsShareHoldsForSessionsOpenedAtOnce(t *testing.T) {
 		}
 	}
 	opened := make(chan bool, 2)
-	for _, c := range []struct{ sb, id string }{{"default", "a3"}, {"second", "a4"}} {
-		go func() {
-			ok, kind, msg, _ := runTenantCall(t, nc, "alpha", wire.Job{Sandbox: c.sb, SessionID: c.id, Script: "x = 1"})
-			t.Logf("alpha's %s: %v %s %s", c.id, ok, kind, msg)
-			opened <- ok
-		}()
-	}
+	t.Run("at once", func(t *testing.T) { // returns when both parallel calls have
+		for _, c := range []struct{ sb, id string }{{"default", "a3"}, {"second", "a4"}} {
+			t.Run(c.id, func(t *testing.T) {
+				t.Parallel()
+				ok, kind, msg, _ := runTenantCall(t, nc, "alpha", wire.Job{Sandbox: c.sb, SessionID: c.id, Script: "x = 1"})
+				t.Logf("alpha's %s: %v %s %s", c.id, ok, kind, msg)
+				opened <- ok
+			})
+		}
+	})
+	close(opened)
 	n := 2
-	for range 2 {
-		if <-opened {
+	for ok := range opened {
+		if ok {
 			n++
 		}
 	}

@@ -31,7 +31,7 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	}, {
 		Name:        wire.StreamSessions,
 		Description: "jazzmine session calls, one subject per session",
-		Subjects:    []string{wire.SessionWildcard, wire.TenantSessionWildcard},
+		Subjects:    []string{wire.SessionWildcard, tenantSessionAll},
 		MaxAge:      c.SessionMaxLife + c.EventsMaxAge,
 		Duplicates:  c.DuplicateWindow,
 		// A call is deleted once done with (run, or answered): what the stream holds
@@ -182,7 +182,7 @@ func (w *Worker) ensureConsumers(ctx context.Context) error {
 		opener, err := w.ensureOpener(ctx, jetstream.ConsumerConfig{
 			Durable:        wire.SessionOpenerName(sb.Name),
 			Description:    "calls of sandbox " + sb.Name + "'s sessions, to open and answer for them",
-			FilterSubjects: wire.SessionSandboxWildcards(sb.Name),
+			FilterSubjects: tenantSessionSubjects(sb.Name),
 			// From the first call stored, as the jobs consumer: a call published
 			// while no worker served the sandbox yet runs when the first one comes.
 			// One that another worker answered meanwhile (an unknown sandbox) has its

@@ -1,6 +1,10 @@
 package worker
 
-import "github.com/jazzmine/worker/wire"
+import (
+	"strings"
+
+	"github.com/jazzmine/worker/wire"
+)
 
 // Tenants. A fleet may serve several tenants, each a NATS account of its own that
 // reaches the fleet's account only through the imports deploy/nats/auth.conf gives
@@ -17,6 +21,9 @@ import "github.com/jazzmine/worker/wire"
 const (
 	execAll   = wire.SubjectPrefixExec + ".>"
 	cancelAll = wire.SubjectPrefixCancel + ".>"
+	// tenantSessionAll matches every tenant's session calls; with
+	// wire.SessionWildcard, the subjects of the sessions stream.
+	tenantSessionAll = wire.SubjectPrefixSession + ".*.*.*"
 )
 
 // execRef names an execution of the fleet: its tenant ("" for the fleet's own
@@ -40,10 +47,17 @@ func tenantExecSubjects(sandbox string) []string {
 	return []string{wire.ExecSubject(sandbox), wire.SubjectPrefixExec + ".*." + sandbox}
 }
 
+// tenantSessionSubjects are the subjects of the calls of sandbox's sessions, from
+// every tenant: jazzmine.session.<sandbox>.* and jazzmine.session.*.<sandbox>.*.
+func tenantSessionSubjects(sandbox string) []string {
+	return []string{wire.SubjectPrefixSession + "." + sandbox + ".*", wire.SubjectPrefixSession + ".*." + sandbox + ".*"}
+}
+
 // tenantOf returns the tenant of a job's subject or a session call's, as the fleet's
 // account sees it ("" for none): the consumers' filters match no other shapes.
 func tenantOf(subject string) string {
-	if tenant, _, _, err := wire.ParseSessionSubject(subject); err == nil {
+	if strings.HasPrefix(subject, wire.SubjectPrefixSession+".") {
+		tenant, _, _, _ := wire.ParseSessionSubject(subject)
 		return tenant
 	}
 	tenant, _, _ := wire.ParseExecSubject(subject)

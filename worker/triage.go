@@ -172,37 +172,24 @@ func (t *triage) sweep(ctx context.Context, s subjects) {
 	noted := t.noted[s.stream]
 	t.noted[s.stream] = map[string]int{}
 	t.mu.Unlock()
-	known := map[string]bool{}
-	removed := 0
+	stream, err := t.js.Stream(ctx, s.stream)
+	known := map[string]bool{} // by sandbox: whether a worker serves it
 	for subject, passes := range noted {
-		done := ctx.Err() == nil
-		if done {
-			done = t.remove(ctx, s, subject, known)
+		left := passes - 1
+		if err != nil || ctx.Err() != nil || !t.remove(ctx, s, stream, subject, known) {
+			left = passes
 		}
-		if !done || passes > 1 {
-			if !done {
-				passes++
-			}
+		if left > 0 {
 			t.mu.Lock()
-			t.noted[s.stream][subject] = max(t.noted[s.stream][subject], passes-1)
+			t.noted[s.stream][subject] = max(t.noted[s.stream][subject], left)
 			t.mu.Unlock()
 		}
-		if done {
-			removed++
-		}
-	}
-	if removed > 0 {
-		t.log.Debug("swept what no worker can take", "stream", s.stream, "subjects", removed)
 	}
 }
 
-// remove removes the messages of subject of s if no worker serves its sandbox or it
-// names none, and says whether it is done with it.
-func (t *triage) remove(ctx context.Context, s subjects, subject string, known map[string]bool) bool {
-	stream, err := t.js.Stream(ctx, s.stream)
-	if err != nil {
-		return false
-	}
+// remove removes the messages of subject of stream s if no worker serves its sandbox
+// or it names none, and says whether it is done with it.
+func (t *triage) remove(ctx context.Context, s subjects, stream jetstream.Stream, subject string, known map[string]bool) bool {
 	sandbox, err := s.sandbox(subject)
 	switch {
 	case err != nil && strings.ContainsAny(subject, "*>"):

@@ -128,7 +128,7 @@ func (w *Worker) subscribe() error {
 		{subjectRunning + ">", "", w.cancels.answerRunning},
 		{execAll, groupTriage, w.triage.see},
 		{wire.SessionWildcard, groupTriage, w.triage.seeSession},
-		{wire.TenantSessionWildcard, groupTriage, w.triage.seeSession},
+		{tenantSessionAll, groupTriage, w.triage.seeSession},
 		{replayAll, groupReplay, w.replays.see},
 		{filesAll, groupFiles, w.files.see},
 		{sandboxesAll, groupSandboxes, w.catalog.serveTenants},
