@@ -230,9 +230,6 @@ const (
 	tenantEventsMaxAge = time.Hour
 	// tenantEventsDuplicates is that stream's duplicate window.
 	tenantEventsDuplicates = 2 * time.Minute
-	// tenantEventsReplicas is that stream's replicas on a cluster that has three
-	// servers or more; elsewhere it has one.
-	tenantEventsReplicas = 3
 	// ensureEventsTimeout bounds the look-up (and creation) of the stream.
 	ensureEventsTimeout = 5 * time.Second
 )
@@ -263,14 +260,12 @@ func (c *Client) ensureEvents(ctx context.Context) error {
 			MaxAge:      tenantEventsMaxAge,
 			Duplicates:  tenantEventsDuplicates,
 			Storage:     jetstream.FileStorage,
-			Replicas:    tenantEventsReplicas,
 		}
-		_, err = c.js.CreateStream(ctx, cfg)
-		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			// A single server, or a cluster too small: one replica.
-			cfg.Replicas = 1
-			_, err = c.js.CreateStream(ctx, cfg)
-		}
+		err = createReplicated(func(replicas int) error {
+			cfg.Replicas = replicas
+			_, err := c.js.CreateStream(ctx, cfg)
+			return err
+		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			err = nil // another client, or a worker, was first
 		}
@@ -284,6 +279,17 @@ func (c *Client) ensureEvents(ctx context.Context) error {
 	}
 	c.eventsReady = true
 	return nil
+}
+
+// createReplicated creates a stream or a bucket for the client's account with
+// create, of three replicas, or of one where that fails (a single server, or a
+// cluster too small), unless it failed for being there already.
+func createReplicated(create func(replicas int) error) error {
+	err := create(3)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) && !errors.Is(err, jetstream.ErrBucketExists) {
+		err = create(1)
+	}
+	return err
 }
 
 // follow subscribes to the events of execution id and starts the goroutine

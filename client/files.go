@@ -56,9 +56,9 @@ type Display struct {
 
 // Input is the input file of a later job that holds a's content, written at path in
 // its workspace: an execution's artifact read by the next without a download and an
-// upload (the only input by reference an agent of a tenant can give).
+// upload.
 func (a *Artifact) Input(path string) wire.File {
-	return wire.File{Path: path, Object: a.Object}
+	return wire.File{Path: path, Object: a.Object, Bucket: a.Bucket}
 }
 
 func artifactOf(ev *wire.Event) *Artifact {
@@ -84,14 +84,46 @@ func displayOf(ev *wire.Event) Display {
 	return d
 }
 
-// files returns the object store bucket of files, looked up once.
-func (c *Client) files(ctx context.Context) (jetstream.ObjectStore, error) {
+// Uploads: the bucket of files an agent puts, in its own account.
+const (
+	// uploadsTTL is how long an upload stays in a bucket a client creates: the
+	// workers' events' max age, as in theirs.
+	uploadsTTL = time.Hour
+	// uploadsMaxBytes bounds a bucket a client creates, as the workers bound theirs
+	// by default: in a tenant's account, half of what the account may store
+	// (deploy/nats/auth.conf), so that uploads leave its events room.
+	uploadsMaxBytes = 1 << 30
+)
+
+// files returns the object store bucket of files, [wire.FilesBucket] of the
+// client's account, looked up once. With create, a bucket the account does not
+// have is created (a tenant's first upload: the workers make the fleet's own),
+// with a one-hour TTL, at most 1 GiB, three replicas on a cluster of three
+// servers or more, else one; create it beforehand for other limits.
+func (c *Client) files(ctx context.Context, create bool) (jetstream.ObjectStore, error) {
 	c.filesMu.Lock()
 	defer c.filesMu.Unlock()
 	if c.filesStore != nil {
 		return c.filesStore, nil
 	}
 	store, err := c.js.ObjectStore(ctx, wire.FilesBucket)
+	if create && (errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)) {
+		cfg := jetstream.ObjectStoreConfig{
+			Bucket:      wire.FilesBucket,
+			Description: "jazzmine input files an agent uploaded; they expire with the events",
+			TTL:         uploadsTTL,
+			MaxBytes:    uploadsMaxBytes,
+			Storage:     jetstream.FileStorage,
+		}
+		err = createReplicated(func(replicas int) error {
+			cfg.Replicas = replicas
+			store, err = c.js.CreateObjectStore(ctx, cfg)
+			return err
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			store, err = c.js.ObjectStore(ctx, wire.FilesBucket) // another client, or a worker, was first
+		}
+	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, errorf(ErrNoStream, "object store bucket %s not found: is a jazzmine worker running against this NATS server? (%w)", wire.FilesBucket, err)
 	}
@@ -102,11 +134,14 @@ func (c *Client) files(ctx context.Context) (jetstream.ObjectStore, error) {
 	return store, nil
 }
 
-// PutFile streams r into the object store bucket [wire.FilesBucket] as
-// object name, for a job to name in a [wire.File]'s Object. The object
-// expires with the bucket's TTL (the events' max age, one hour by default).
+// PutFile streams r into the object store bucket [wire.FilesBucket] of the
+// client's account as object name, for a job to name in a [wire.File]'s Object
+// with Bucket wire.FilesBucket ([Client.InputFile] makes such a file). The
+// object expires with the bucket's TTL (the events' max age, one hour by
+// default). An agent of a tenant puts it in its own account's bucket, which
+// the first upload creates, and its jobs alone read it.
 func (c *Client) PutFile(ctx context.Context, name string, r io.Reader) error {
-	store, err := c.files(ctx)
+	store, err := c.files(ctx, true)
 	if err != nil {
 		return err
 	}
@@ -116,11 +151,12 @@ func (c *Client) PutFile(ctx context.Context, name string, r io.Reader) error {
 	return nil
 }
 
-// DeleteFile deletes object name from [wire.FilesBucket]: an upload whose job
-// has ended, or an artifact once downloaded. A name that is not there is not an
-// error.
+// DeleteFile deletes object name from [wire.FilesBucket] of the client's
+// account: an upload whose job has ended, or an artifact once downloaded (of
+// the fleet's own account; a tenant's artifacts expire). A name that is not
+// there is not an error.
 func (c *Client) DeleteFile(ctx context.Context, name string) error {
-	store, err := c.files(ctx)
+	store, err := c.files(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -155,7 +191,7 @@ func (c *Client) InputFile(ctx context.Context, local, path string) (wire.File, 
 		file.Data, err = io.ReadAll(f)
 		return file, err
 	}
-	file.Object = "uploads/" + NewExecutionID() + "/" + filepath.Base(local)
+	file.Object, file.Bucket = "uploads/"+NewExecutionID()+"/"+filepath.Base(local), wire.FilesBucket
 	return file, c.PutFile(ctx, file.Object, f)
 }
 
@@ -181,7 +217,7 @@ func (c *Client) Download(ctx context.Context, a *Artifact, w io.Writer) error {
 
 // download copies object a of wire.FilesBucket, in the client's own account, to w.
 func (c *Client) download(ctx context.Context, a *Artifact, w io.Writer) (int64, error) {
-	store, err := c.files(ctx)
+	store, err := c.files(ctx, false)
 	if err != nil {
 		return 0, err
 	}

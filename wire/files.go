@@ -105,8 +105,15 @@ type File struct {
 	// Data is the file's content, inline: base64 in JSON, binary in msgpack.
 	Data []byte `json:"data,omitempty" msgpack:"data,omitempty"`
 	// Object names an object of [FilesBucket] that holds the content; in a
-	// tenant's job, of its [TenantFilesBucket] (an artifact of its own).
+	// tenant's job, of its [TenantFilesBucket] (an artifact of its own) or,
+	// with Bucket FilesBucket, of FilesBucket in the tenant's own account (an
+	// upload of its own).
 	Object string `json:"object,omitempty" msgpack:"object,omitempty"`
+	// Bucket is the bucket of Object as the agent's account names it:
+	// FilesBucket (what the agent put there) or, in a tenant's job, its
+	// TenantFilesBucket; empty means FilesBucket, or in a tenant's job its
+	// TenantFilesBucket.
+	Bucket string `json:"bucket,omitempty" msgpack:"bucket,omitempty"`
 }
 
 // ObjectPrefix is the prefix of the names of the objects that attempt
@@ -177,6 +184,10 @@ func (j *Job) validateFiles() error {
 			return fmt.Errorf("%s has both data and object: give one", field)
 		case f.Object != "" && (len(f.Object) > MaxObjectNameLength || !utf8.ValidString(f.Object)):
 			return fmt.Errorf("%s.object %s is invalid: at most %d bytes of UTF-8", field, quote(f.Object), MaxObjectNameLength)
+		case f.Bucket != "" && f.Object == "":
+			return fmt.Errorf("%s names a bucket and no object", field)
+		case f.Bucket != "" && f.Bucket != FilesBucket && !strings.HasPrefix(f.Bucket, FilesBucket+"_") || len(f.Bucket) > 256:
+			return fmt.Errorf("%s.bucket %s is invalid: it is %s, or a tenant's %s_<tenant>", field, quote(f.Bucket), FilesBucket, FilesBucket)
 		}
 		inline += len(f.Data)
 	}

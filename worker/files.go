@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -44,40 +43,41 @@ func (e *errInputFile) Error() string { return e.msg }
 // inputs returns the job's input files for the harness, each opened when it is sent.
 // Objects are looked up now, before a container is taken: a missing one, or files
 // larger than limit added up (when limit > 0), is an *errInputFile. A tenant's job
-// names objects of its own bucket only (its executions' artifacts): the names are
-// looked up there, never in another's.
+// names objects of its own only, never another's: its executions' artifacts, in its
+// bucket of the fleet's account, or its uploads, in its own account's (Bucket
+// wire.FilesBucket, read through the import of that account's).
 func (f *files) inputs(ctx context.Context, ref execRef, job *wire.Job, limit int64) ([]harness.InputFile, error) {
 	if len(job.Files) == 0 {
 		return nil, nil
 	}
 	out := make([]harness.InputFile, 0, len(job.Files))
 	var total int64
-	store, bucket := f.store, wire.FilesBucket
-	if ref.tenant != "" && slices.ContainsFunc(job.Files, func(jf wire.File) bool { return jf.Object != "" }) {
-		b, err := f.tenantBucket(ctx, ref.tenant, false) // a read: it makes no bucket
-		switch {
-		case errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
-			return nil, &errInputFile{fmt.Sprintf("input files name objects, and the bucket %s holds none yet", wire.TenantFilesBucket(ref.tenant))}
-		case err != nil:
-			return nil, fmt.Errorf("input files: %w", err)
-		}
-		store, bucket = b.store, b.name
-	}
+	sources := map[string]*objectSource{} // by the bucket the job names
 	for _, jf := range job.Files {
 		in := harness.InputFile{Path: jf.Path, Mode: jf.Mode, Size: int64(len(jf.Data))}
 		if jf.Object == "" {
 			data := jf.Data
 			in.Open = func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
 		} else {
-			info, err := store.GetInfo(ctx, jf.Object)
-			if errors.Is(err, jetstream.ErrObjectNotFound) {
-				return nil, &errInputFile{fmt.Sprintf("input file %s: object %q is not in the bucket %s", jf.Path, jf.Object, bucket)}
+			src, ok := sources[jf.Bucket]
+			if !ok {
+				var err error
+				if src, err = f.source(ctx, ref, jf.Bucket); err != nil {
+					return nil, err
+				}
+				sources[jf.Bucket] = src
 			}
-			if err != nil {
+			info, err := src.store.GetInfo(ctx, jf.Object)
+			switch {
+			case errors.Is(err, jetstream.ErrObjectNotFound):
+				return nil, &errInputFile{fmt.Sprintf("input file %s: object %q is not in %s", jf.Path, jf.Object, src.what)}
+			case err != nil && src.tenants:
+				return nil, src.failed(fmt.Errorf("input file %s: look up object %q: %w", jf.Path, jf.Object, err))
+			case err != nil:
 				return nil, fmt.Errorf("input file %s: look up object %q: %w", jf.Path, jf.Object, err)
 			}
 			in.Size = int64(info.Size)
-			in.Open = func(ctx context.Context) (io.ReadCloser, error) { return f.open(ctx, bucket, info) }
+			in.Open = func(ctx context.Context) (io.ReadCloser, error) { return src.open(ctx, info) }
 		}
 		total += in.Size
 		out = append(out, in)
@@ -88,6 +88,95 @@ func (f *files) inputs(ctx context.Context, ref execRef, job *wire.Job, limit in
 	return out, nil
 }
 
+// objectSource is a bucket a job's input files name objects of.
+type objectSource struct {
+	what    string                // the bucket, as an error names it to the job's agent
+	store   jetstream.ObjectStore // the objects' descriptions
+	tenants bool                  // in a tenant's own account, whatever the tenant made of it
+	open    func(ctx context.Context, info *jetstream.ObjectInfo) (io.ReadCloser, error)
+}
+
+// failed is the error of a look-up in s that failed with err. A tenant's own bucket is
+// what the tenant made it (it may have deleted it, or made it another way): its
+// failures are the job's input_file error, not the fleet's to retry, but for no answer
+// in time.
+func (s *objectSource) failed(err error) error {
+	if !s.tenants || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		return err
+	}
+	return &errInputFile{err.Error()}
+}
+
+// source returns the bucket whose objects a file of ref's job names with bucket: for
+// the fleet's own account, wire.FilesBucket (or ""); for a tenant's, its artifacts'
+// bucket wire.TenantFilesBucket (or "") or its uploads, wire.FilesBucket of its
+// own account. Any other is the job's input_file error.
+func (f *files) source(ctx context.Context, ref execRef, bucket string) (*objectSource, error) {
+	if ref.tenant == "" {
+		if bucket != "" && bucket != wire.FilesBucket {
+			return nil, &errInputFile{fmt.Sprintf("input files name objects of the bucket %q; a job names objects of %s", bucket, wire.FilesBucket)}
+		}
+		return &objectSource{what: "the bucket " + wire.FilesBucket, store: f.store, open: f.opener(wire.FilesBucket)}, nil
+	}
+	switch artifacts := wire.TenantFilesBucket(ref.tenant); bucket {
+	case wire.FilesBucket:
+		return f.uploads(ctx, ref.tenant)
+	case "", artifacts:
+		b, err := f.tenantBucket(ctx, ref.tenant, false) // a read: it makes no bucket
+		switch {
+		case errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
+			return nil, &errInputFile{fmt.Sprintf("input files name artifacts, and the bucket %s holds none yet", artifacts)}
+		case err != nil:
+			return nil, fmt.Errorf("input files: %w", err)
+		}
+		return &objectSource{what: "the bucket " + artifacts, store: b.store, open: f.opener(artifacts)}, nil
+	default:
+		return nil, &errInputFile{fmt.Sprintf("input files name objects of the bucket %q; a tenant's job names its artifacts (%s) or its uploads (%s of its own account)", bucket, artifacts, wire.FilesBucket)}
+	}
+}
+
+// uploadsPrefix is the JetStream API prefix under which the fleet's account reaches
+// a tenant's account, jazzmine.uploads.<tenant>: its uploads bucket's stream info and
+// direct gets, one message a request, and nothing else (deploy/nats/auth.conf).
+const uploadsPrefix = "jazzmine.uploads."
+
+// uploads returns the bucket of tenant's uploads, wire.FilesBucket in its own account,
+// whose objects' descriptions and chunks are the tenant's to write: the reader checks
+// each object's size and digest, and reads it one chunk a request within the
+// execution's deadline.
+func (f *files) uploads(ctx context.Context, tenant string) (*objectSource, error) {
+	src := &objectSource{what: "the bucket " + wire.FilesBucket + " of your account", tenants: true}
+	js, err := jetstream.NewWithAPIPrefix(f.js.Conn(), uploadsPrefix+tenant)
+	if err != nil {
+		return nil, err
+	}
+	src.store, err = js.ObjectStore(ctx, wire.FilesBucket)
+	var stream jetstream.Stream
+	if err == nil {
+		stream, err = js.Stream(ctx, "OBJ_"+wire.FilesBucket)
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, &errInputFile{fmt.Sprintf("input files name uploads, and your account has no bucket %s (the client's PutFile makes it)", wire.FilesBucket)}
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("input files name uploads, and the fleet's account cannot read the tenant's (%w): render the NATS server's accounts again with `worker nats-auth`", err)
+	case err != nil:
+		return nil, src.failed(fmt.Errorf("input files: the bucket %s of your account: %w", wire.FilesBucket, err))
+	}
+	src.open = func(ctx context.Context, info *jetstream.ObjectInfo) (io.ReadCloser, error) {
+		subject, seq := "$O."+wire.FilesBucket+".C."+info.NUID, uint64(1)
+		next := func(ctx context.Context) ([]byte, error) {
+			m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+			if err != nil {
+				return nil, err
+			}
+			seq = m.Sequence + 1
+			return m.Data, nil
+		}
+		return newObjectReader(ctx, info, next, func() {}), nil
+	}
+	return src, nil
+}
 // put stores the file of an artifact event, or the image of a display event, of
 // attempt attempt of execution ref in its tenant's bucket, and fills ev with the
 // bucket, the object's name, size, SHA-256 and content type. Other events, and a
@@ -137,34 +226,49 @@ func (f *files) put(ctx context.Context, ref execRef, attempt int, hev harness.E
 // asks the server for ahead of the container: what the worker holds of a file.
 const objectChunksAhead = 4
 
-// open reads the chunks of the object of bucket that info describes (the bucket the
-// worker looked it up in, not the one its description names) with an ordered pull consumer,
-// objectChunksAhead at a time, checking their SHA-256 at the end. Not the library's
-// ObjectStore.Get: its push consumer sends the object at the server's pace, not the
-// reader's, and the worker held 60 MB of a 100 MB file that streamed into a
-// container.
-func (f *files) open(ctx context.Context, bucket string, info *jetstream.ObjectInfo) (io.ReadCloser, error) {
-	cons, err := f.js.OrderedConsumer(ctx, "OBJ_"+bucket, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"$O." + bucket + ".C." + info.NUID},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read object %q: %w", info.Name, err)
+// opener returns what reads the objects of bucket, in the fleet's account: the chunks
+// of the object info describes (the bucket the worker looked it up in, not the one its
+// description names) with an ordered pull consumer, objectChunksAhead at a time. Not
+// the library's ObjectStore.Get: its push consumer sends the object at the server's
+// pace, not the reader's, and the worker held 60 MB of a 100 MB file that streamed
+// into a container.
+func (f *files) opener(bucket string) func(context.Context, *jetstream.ObjectInfo) (io.ReadCloser, error) {
+	return func(ctx context.Context, info *jetstream.ObjectInfo) (io.ReadCloser, error) {
+		cons, err := f.js.OrderedConsumer(ctx, "OBJ_"+bucket, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"$O." + bucket + ".C." + info.NUID},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read object %q: %w", info.Name, err)
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(objectChunksAhead))
+		if err != nil {
+			return nil, fmt.Errorf("read object %q: %w", info.Name, err)
+		}
+		next := func(ctx context.Context) ([]byte, error) {
+			msg, err := it.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				return nil, err
+			}
+			return msg.Data(), nil
+		}
+		return newObjectReader(ctx, info, next, it.Stop), nil
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(objectChunksAhead))
-	if err != nil {
-		return nil, fmt.Errorf("read object %q: %w", info.Name, err)
-	}
-	return &objectReader{ctx: ctx, info: info, it: it, left: int64(info.Size), sum: sha256.New()}, nil
 }
 
-// objectReader is an object's bytes, read chunk by chunk.
+// objectReader is an object's bytes, read chunk by chunk and checked against its
+// description: no more bytes than its size, and its SHA-256 before the last are given.
 type objectReader struct {
 	ctx  context.Context // the execution's deadline: a chunk deleted meanwhile never comes
 	info *jetstream.ObjectInfo
-	it   jetstream.MessagesContext
+	next func(context.Context) ([]byte, error) // the next chunk
+	stop func()
 	buf  []byte
 	left int64
 	sum  hash.Hash
+}
+
+func newObjectReader(ctx context.Context, info *jetstream.ObjectInfo, next func(context.Context) ([]byte, error), stop func()) *objectReader {
+	return &objectReader{ctx: ctx, info: info, next: next, stop: stop, left: int64(info.Size), sum: sha256.New()}
 }
 
 func (r *objectReader) Read(p []byte) (int, error) {
@@ -172,11 +276,11 @@ func (r *objectReader) Read(p []byte) (int, error) {
 		if r.left == 0 {
 			return 0, io.EOF
 		}
-		msg, err := r.it.Next(jetstream.NextContext(r.ctx))
+		chunk, err := r.next(r.ctx)
 		if err != nil {
 			return 0, fmt.Errorf("object %q: %w", r.info.Name, err)
 		}
-		r.buf = msg.Data()
+		r.buf = chunk
 		if int64(len(r.buf)) > r.left {
 			return 0, fmt.Errorf("object %q: more bytes than its size, %d", r.info.Name, r.info.Size)
 		}
@@ -193,6 +297,6 @@ func (r *objectReader) Read(p []byte) (int, error) {
 }
 
 func (r *objectReader) Close() error {
-	r.it.Stop()
+	r.stop()
 	return nil
 }

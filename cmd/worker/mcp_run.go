@@ -194,7 +194,7 @@ func inputFileOf(f inputFile) (wire.File, upload, error) {
 		file.Data = data
 		return file, upload{}, nil
 	}
-	file.Object = "uploads/" + client.NewExecutionID() + "/" + path.Base(f.Path)
+	file.Object, file.Bucket = "uploads/"+client.NewExecutionID()+"/"+path.Base(f.Path), wire.FilesBucket
 	return file, upload{object: file.Object, data: data}, nil
 }
 

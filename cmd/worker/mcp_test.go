@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"image/png"
@@ -208,6 +209,14 @@ func TestMCPServesATenant(t *testing.T) {
 
 	t.Run("list_sandboxes shows each tool's signature and docstring", func(t *testing.T) { testListSandboxes(t, c) })
 	t.Run("a displayed image comes back as image content", func(t *testing.T) { testImage(t, c) })
+	t.Run("a file too large for the job goes up to the tenant's own bucket", func(t *testing.T) {
+		big := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("acme "), 60_000)) // 300 kB: past a job's 256 KiB
+		res := c.call(t, "run_python", map[string]any{"files": []map[string]any{{"path": "big.txt", "base64": big}},
+			"script": "emit_result(open('big.txt').read().count('acme'))"})
+		if out := structured[runOutput](t, res); res.IsError || out.Result != float64(60_000) {
+			t.Errorf("a run with a 300 kB file: %s", textOf(res))
+		}
+	})
 	t.Run("a session keeps state across calls and closes", func(t *testing.T) {
 		opened := structured[sessionOutput](t, c.call(t, "open_session", map[string]any{}))
 		if res := c.call(t, "run_python", map[string]any{"script": "x = 41", "session_id": opened.SessionID}); res.IsError {
