@@ -177,6 +177,7 @@ func (f *files) uploads(ctx context.Context, tenant string) (*objectSource, erro
 	}
 	return src, nil
 }
+
 // put stores the file of an artifact event, or the image of a display event, of
 // attempt attempt of execution ref in its tenant's bucket, and fills ev with the
 // bucket, the object's name, size, SHA-256 and content type. Other events, and a

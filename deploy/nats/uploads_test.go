@@ -87,7 +87,7 @@ func TestATenantUploadsInputFilesOfItsOwn(t *testing.T) {
 
 	// Beta asks on the subjects the workers read uploads on, and for a batch of its own.
 	for subj, body := range map[string]string{
-		"jazzmine.uploads.alpha.DIRECT.GET.OBJ_" + wire.FilesBucket: `{"seq":1}`,
+		"jazzmine.uploads.alpha.DIRECT.GET.OBJ_" + wire.FilesBucket:  `{"seq":1}`,
 		"jazzmine.uploads.alpha.STREAM.INFO.OBJ_" + wire.FilesBucket: ``,
 		"$JS.API.DIRECT.GET.OBJ_" + wire.FilesBucket:                 `{"seq":1,"batch":1000000}`,
 		"$JS.API.STREAM.DELETE.OBJ_" + wire.FilesBucket:              ``,
