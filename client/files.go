@@ -89,16 +89,18 @@ const (
 	// uploadsTTL is how long an upload stays in a bucket a client creates: the
 	// workers' events' max age, as in theirs.
 	uploadsTTL = time.Hour
-	// uploadsMaxBytes bounds a bucket a client creates, as the workers bound theirs
-	// by default: in a tenant's account, half of what the account may store
-	// (deploy/nats/auth.conf), so that uploads leave its events room.
-	uploadsMaxBytes = 1 << 30
+	// uploadsMaxBytes bounds a bucket a client creates: four workspaces of the
+	// default size, and three replicas of it take 768 MiB of a tenant's account's
+	// 2 GiB (deploy/nats/auth.conf), which leaves its events room. A stream's
+	// MaxBytes is reserved for each replica: at 1 GiB, three would not fit, and
+	// the bucket would quietly have one.
+	uploadsMaxBytes = 256 << 20
 )
 
 // files returns the object store bucket of files, [wire.FilesBucket] of the
 // client's account, looked up once. With create, a bucket the account does not
 // have is created (a tenant's first upload: the workers make the fleet's own),
-// with a one-hour TTL, at most 1 GiB, three replicas on a cluster of three
+// with a one-hour TTL, at most 256 MiB, three replicas on a cluster of three
 // servers or more, else one; create it beforehand for other limits.
 func (c *Client) files(ctx context.Context, create bool) (jetstream.ObjectStore, error) {
 	c.filesMu.Lock()

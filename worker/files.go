@@ -71,10 +71,18 @@ func (f *files) inputs(ctx context.Context, ref execRef, job *wire.Job, limit in
 			switch {
 			case errors.Is(err, jetstream.ErrObjectNotFound):
 				return nil, &errInputFile{fmt.Sprintf("input file %s: object %q is not in %s", jf.Path, jf.Object, src.what)}
-			case err != nil && src.tenants:
-				return nil, src.failed(fmt.Errorf("input file %s: look up object %q: %w", jf.Path, jf.Object, err))
 			case err != nil:
-				return nil, fmt.Errorf("input file %s: look up object %q: %w", jf.Path, jf.Object, err)
+				return nil, src.failed(fmt.Errorf("input file %s: look up object %q: %w", jf.Path, jf.Object, err))
+			}
+			// A description written by hand: no sum of sizes may wrap, and its chunks
+			// are read on a subject of its NUID, which no wildcard may widen to the
+			// whole bucket (a review's: each read walked a tenant's 2 million
+			// messages in the server's loop of the worker's connection).
+			switch {
+			case info.Size > maxObjectSize:
+				return nil, &errInputFile{fmt.Sprintf("input file %s: object %q claims %d bytes", jf.Path, jf.Object, info.Size)}
+			case info.Size > 0 && !isNUID(info.NUID):
+				return nil, &errInputFile{fmt.Sprintf("input file %s: object %q names its chunks %q, not a NUID", jf.Path, jf.Object, info.NUID)}
 			}
 			in.Size = int64(info.Size)
 			in.Open = func(ctx context.Context) (io.ReadCloser, error) { return src.open(ctx, info) }
@@ -86,6 +94,24 @@ func (f *files) inputs(ctx context.Context, ref execRef, job *wire.Job, limit in
 		return nil, &errInputFile{fmt.Sprintf("input files are %d bytes in all, more than the workspace of this sandbox holds (%d bytes)", total, limit)}
 	}
 	return out, nil
+}
+
+// maxObjectSize bounds the size an object's description may claim (1 PiB): far
+// past any workspace, and no sum of a job's files' sizes wraps.
+const maxObjectSize = 1 << 50
+
+// isNUID says whether s is a NUID as the object store names an object's chunks: 22
+// letters and digits.
+func isNUID(s string) bool {
+	if len(s) != 22 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // objectSource is a bucket a job's input files name objects of.
@@ -159,7 +185,8 @@ func (f *files) uploads(ctx context.Context, tenant string) (*objectSource, erro
 	case errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil, &errInputFile{fmt.Sprintf("input files name uploads, and your account has no bucket %s (the client's PutFile makes it)", wire.FilesBucket)}
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, fmt.Errorf("input files name uploads, and the fleet's account cannot read the tenant's (%w): render the NATS server's accounts again with `worker nats-auth`", err)
+		// The fleet's NATS configuration is older than uploads: retries would not help.
+		return nil, &errInputFile{fmt.Sprintf("input files name uploads, and this fleet's workers cannot read them (%v): its operator renders the NATS server's accounts again with `worker nats-auth`", err)}
 	case err != nil:
 		return nil, src.failed(fmt.Errorf("input files: the bucket %s of your account: %w", wire.FilesBucket, err))
 	}
@@ -282,6 +309,10 @@ func (r *objectReader) Read(p []byte) (int, error) {
 			return 0, fmt.Errorf("object %q: %w", r.info.Name, err)
 		}
 		r.buf = chunk
+		if len(r.buf) == 0 {
+			// The object store writes none: one request per byte at most.
+			return 0, fmt.Errorf("object %q: an empty chunk, %d bytes before its end", r.info.Name, r.left)
+		}
 		if int64(len(r.buf)) > r.left {
 			return 0, fmt.Errorf("object %q: more bytes than its size, %d", r.info.Name, r.info.Size)
 		}

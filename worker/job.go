@@ -261,7 +261,7 @@ func (pr *processor) invalid(traced context.Context, job *wire.Job, ref execRef,
 func (pr *processor) noInputs(ctx context.Context, p *publisher, sandbox string, attempt int, last bool, err error, log *slog.Logger) (outcome, string) {
 	var ie *errInputFile
 	if !errors.As(err, &ie) {
-		return pr.noContainer(ctx, p, sandbox, attempt, last, err, log)
+		return pr.failedBefore(ctx, p, attempt, last, "look up input files", err.Error(), log)
 	}
 	if perr := p.terminal(wire.KindInputFile, ie.msg); perr != nil {
 		log.Warn("publish the input file error", "execution_id", p.ref, "err", perr)
@@ -285,15 +285,20 @@ func (pr *processor) checkout(ctx context.Context, sandbox string) (*sandboxpool
 	return lease, nil
 }
 
-// noContainer answers a job that got no container: cancelled (or handed over) if
-// its context ended, else an infrastructure failure, retried until the last
-// delivery, which publishes the job's end.
+// noContainer answers a job that got no container (see failedBefore).
 func (pr *processor) noContainer(ctx context.Context, p *publisher, sandbox string, attempt int, last bool, err error, log *slog.Logger) (outcome, string) {
+	return pr.failedBefore(ctx, p, attempt, last, "checkout", fmt.Sprintf("no container for sandbox %q: %v", sandbox, err), log)
+}
+
+// failedBefore answers a job whose step (a checkout, the look-up of its input files)
+// failed with msg before it ran: cancelled (or handed over) if its context ended,
+// else an infrastructure failure, retried until the last delivery, which publishes
+// the job's end.
+func (pr *processor) failedBefore(ctx context.Context, p *publisher, attempt int, last bool, step, msg string, log *slog.Logger) (outcome, string) {
 	if ctx.Err() != nil {
 		return pr.endCancelled(ctx, p, log)
 	}
-	msg := fmt.Sprintf("no container for sandbox %q: %v", sandbox, err)
-	log.Warn("checkout failed", "execution_id", p.ref, "last_delivery", last, "err", err)
+	log.Warn(step+" failed", "execution_id", p.ref, "last_delivery", last, "err", msg)
 	if last {
 		if perr := p.terminal(wire.KindInfrastructure, fmt.Sprintf("gave up after %d deliveries: %s", attempt, msg)); perr != nil {
 			log.Warn("publish terminal event", "execution_id", p.ref, "err", perr)

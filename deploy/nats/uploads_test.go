@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/jazzmine/worker/internal/testworker"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
+	"github.com/jazzmine/worker/worker"
 )
 
 // TestATenantUploadsInputFilesOfItsOwn runs a fleet for two tenants from the
@@ -30,12 +32,15 @@ import (
 // knows the object's name and the subjects the workers read it on: its jobs that name
 // alpha's upload find nothing of alpha's, its requests on those subjects are refused,
 // and the uploads it forges in its own bucket (a description larger than the
-// workspace, one whose chunks do not hash to its digest, one with no chunks, a bucket
-// the workers cannot read, made by a third tenant) each end its own job with an input_file error, at once,
-// and leave the worker serving alpha.
+// workspace, sizes that wrap when added up, chunks named by a wildcard, empty chunks,
+// chunks that do not hash to its digest, no chunks, a bucket the workers cannot read,
+// made by a third tenant) each end its own job with an input_file error, at once, and
+// leave the worker serving alpha.
 func TestATenantUploadsInputFilesOfItsOwn(t *testing.T) {
+	const workspace = 8 << 20
 	url, workerSeed, seeds := testenv.TenantsNATS(t, "alpha", "beta", "gamma")
-	testworker.Start(t, testenv.ConnectSeed(t, url, workerSeed, nil), testworker.Options{ID: fmt.Sprintf("test-uploads-%d", time.Now().UnixNano()), Sandbox: sandboxpool.Sandbox{PoolSize: 1}})
+	testworker.Start(t, testenv.ConnectSeed(t, url, workerSeed, nil), testworker.Options{ID: fmt.Sprintf("test-uploads-%d", time.Now().UnixNano()), Sandbox: sandboxpool.Sandbox{PoolSize: 1},
+		Worker: func(c *worker.Config) { c.Sandboxes[0].MaxInputBytes = workspace }})
 	anc, bnc, gnc := testenv.ConnectSeed(t, url, seeds["alpha"], nil), testenv.ConnectSeed(t, url, seeds["beta"], nil), testenv.ConnectSeed(t, url, seeds["gamma"], nil)
 	alpha, beta := tenantClient(t, anc), tenantClient(t, bnc)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -128,12 +133,38 @@ func TestATenantUploadsInputFilesOfItsOwn(t *testing.T) {
 		return wire.File{Path: "data.bin", Object: name, Bucket: wire.FilesBucket}
 	}
 	huge := forge("forged/huge", func(i *jetstream.ObjectInfo) { i.Size = 1 << 40 })
-	refused("beta's upload of 1 TiB", run("beta", beta, huge), "0 of 1099511627776 bytes")
+	refused("beta's upload of 1 TiB", run("beta", beta, huge), "more than the workspace")
+	// Sizes that wrap when added up, with a real upload (a review's: two of 2^62
+	// bytes, or one of 2^64 - 1 MiB, passed the workspace's check).
+	for _, size := range []uint64{1<<63 + 5, math.MaxUint64 - 1<<20 + 1, 1 << 62} {
+		f := forge(fmt.Sprintf("forged/size-%d", size), func(i *jetstream.ObjectInfo) { i.Size = size })
+		g := f
+		g.Path = "again.bin"
+		mine := wire.File{Path: "mine.bin", Object: "uploads/mine", Bucket: wire.FilesBucket}
+		res, err := beta.Run(ctx, wire.Job{Sandbox: "default", Files: []wire.File{mine, f, g}, Script: hashScript})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused(fmt.Sprintf("beta's two uploads of %d bytes", size), res, "claims")
+	}
+	// Chunks named by a wildcard, to walk the whole bucket (a review's: 2 million
+	// messages of beta's walked at each read held the worker's connection 0.3 s).
+	for _, nuid := range []string{"*.x", ">", "*"} {
+		refused("beta's upload whose chunks are "+nuid, run("beta", beta, forge("forged/wild", func(i *jetstream.ObjectInfo) { i.NUID = nuid })), "not a NUID")
+	}
+	const emptyChunks = "AAAAAAAAAAAAAAAAAAAAAA"
+	for range 3 {
+		if _, err := bjs.Publish(ctx, "$O."+wire.FilesBucket+".C."+emptyChunks, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	empty := forge("forged/empty", func(i *jetstream.ObjectInfo) { i.NUID = emptyChunks })
+	refused("beta's upload of empty chunks", run("beta", beta, empty), "an empty chunk")
 	digest := forge("forged/digest", func(i *jetstream.ObjectInfo) {
 		i.Digest = "SHA-256=" + base64.URLEncoding.EncodeToString(make([]byte, 32))
 	})
 	refused("beta's upload whose chunks are not its digest's", run("beta", beta, digest), "do not hash to its digest")
-	nochunks := forge("forged/nochunks", func(i *jetstream.ObjectInfo) { i.NUID = "nosuchchunks" })
+	nochunks := forge("forged/nochunks", func(i *jetstream.ObjectInfo) { i.NUID = "BBBBBBBBBBBBBBBBBBBBBB" })
 	refused("beta's upload with no chunks", run("beta", beta, nochunks), "forged/nochunks")
 
 	// Gamma made its bucket's stream itself, without direct gets: the workers cannot
