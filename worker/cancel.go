@@ -16,25 +16,25 @@ import (
 // Cancel protocol. An agent publishes on jazzmine.cancel.<id>; one worker of the fleet
 // (queue group) coordinates, with the id's entry in BucketCancels as the arbiter:
 //
-//  1. It creates the entry as "pending" (a second cancel of the same id stops here),
-//     and looks for the job in the jobs stream (queued or running, a work queue holds
-//     it until its ack). With none there, it asks who runs it, as in 2, for a session
-//     call (which the sessions stream holds); without an answer the cancel is void,
-//     and the entry deleted. A session call still waiting behind an earlier call of
-//     its session is not found: it runs.
+//  1. It creates the entry as "pending" (a second cancel of the same id stops here).
 //  2. It asks the fleet, on jazzmine.internal.running.<id>, who runs the execution;
 //     the worker that does cancels it, answers, and publishes the cancelled events.
-//  3. Without an answer the job is queued (or has just ended: void, as in 1): the
-//     coordinator swaps
-//     "pending" for "queued" and, unless the job already has a script_done,
-//     publishes the cancelled error and script_done itself, at once.
+//  3. Without an answer, it looks for the job in the jobs stream (a work queue holds
+//     it until its ack), or for the session call in the sessions stream (which holds
+//     a call until it is done with: waiting behind an earlier call of its session, or
+//     just run). With none there the cancel is void, and the entry deleted. With one,
+//     the job is queued (or has just ended): the coordinator swaps "pending" for
+//     "queued" and, unless the job already has a script_done, publishes the cancelled
+//     error and script_done itself, at once, under attempt 0.
 //
 // A worker that takes a job looks the id up after registering it: "queued" means the
-// end was published already (the job is acked silently); "pending" is swapped for
-// "running" (the worker cancels the job and publishes its end; losing the swap to the
-// coordinator means "queued"); "running" means a cancel reached an earlier delivery,
-// so this one is cancelled too. The swaps are compare-and-set, so exactly one of the
-// two publishes the end.
+// end is the coordinator's (the job is acked without running; the worker publishes the
+// same end under the same ids if it is not there, so a coordinator that died after its
+// swap loses no end); "pending" is swapped for "running" (the worker cancels the job
+// and publishes its end; losing the swap to the coordinator means "queued"); "running"
+// means a cancel reached an earlier delivery, so this one is cancelled too. The swaps
+// are compare-and-set, so one of the two owns the end. A worker that takes the job
+// after the question of 2 swaps "pending" itself, so the look of 3 may come after it.
 const (
 	cancelPending = "pending"
 	cancelQueued  = "queued"
@@ -46,6 +46,9 @@ const (
 	// askRunningTimeout is how long the coordinator waits for the worker running an
 	// execution to answer.
 	askRunningTimeout = 300 * time.Millisecond
+
+	// cancelledBeforeRun is the error of a job cancelled while it was queued.
+	cancelledBeforeRun = "Execution cancelled before it ran"
 )
 
 // canceller is this worker's part in the cancel protocol: the coordinator (steps 1
@@ -79,22 +82,21 @@ func (c *canceller) coordinate(m *nats.Msg) {
 			c.log.Warn("record a cancel", "execution_id", ref, "err", err)
 			return
 		}
-		// A job queued or running is in the jobs stream (a work queue holds a job
-		// until its ack). A session call is not: it is in the sessions stream, which
-		// keeps calls after their end, so only the worker running it can say it runs.
-		// Without either, the cancel is void.
-		if !c.inQueue(ctx, ref) {
-			if !c.askRunning(ctx, key) {
-				c.void(ctx, ref, rev)
-			}
-			return
-		}
 		if c.askRunning(ctx, key) {
 			return // the worker running it answered and publishes its end
 		}
-		if !c.inQueue(ctx, ref) {
+		queued, err := c.queued(ctx, ref)
+		switch {
+		case ctx.Err() != nil:
+			// Out of time: the entry stays pending, and the worker that takes the job
+			// cancels it then.
+			c.log.Warn("look for a cancelled job in the queue: out of time", "execution_id", ref, "err", err)
+			return
+		case err != nil:
+			c.log.Warn("look for a cancelled job in the queue; taken as queued", "execution_id", ref, "err", err)
+		case !queued:
 			c.void(ctx, ref, rev)
-			return // it ended meanwhile
+			return // nothing queued or running, or it ended meanwhile
 		}
 		if _, err := c.kv.Update(ctx, key, []byte(cancelQueued), rev); err != nil {
 			return // a worker took the job meanwhile and publishes its end
@@ -103,10 +105,10 @@ func (c *canceller) coordinate(m *nats.Msg) {
 			return // it had finished: nothing to cancel
 		}
 		p := c.events.publisher(ref, 0, wire.ContentTypeMsgpack, nil)
-		if err := p.terminal(wire.KindCancelled, "Execution cancelled before it ran"); err != nil {
+		if err := p.terminal(wire.KindCancelled, cancelledBeforeRun); err != nil {
 			c.log.Warn("publish the end of a cancelled queued job", "execution_id", ref, "err", err)
 		}
-		c.log.Info("cancelled a queued job", "execution_id", ref)
+		c.log.Info("cancelled a queued job or session call", "execution_id", ref)
 	})
 }
 
@@ -119,17 +121,6 @@ func (c *canceller) askRunning(ctx context.Context, key string) bool {
 	return err == nil
 }
 
-// inQueue reports whether a job of ref is in the jobs stream (an error counts as
-// yes: the cancel stands).
-func (c *canceller) inQueue(ctx context.Context, ref execRef) bool {
-	queued, err := c.queued(ctx, ref)
-	if err != nil {
-		c.log.Warn("look for a cancelled job in the queue; taken as queued", "execution_id", ref, "err", err)
-		return true
-	}
-	return queued
-}
-
 // void drops a cancel that named nothing queued or running: its entry, of revision
 // rev, is deleted (a worker that took the job meanwhile changed the entry, and the
 // delete fails), and a job published later under the id runs.
@@ -139,33 +130,43 @@ func (c *canceller) void(ctx context.Context, ref execRef, rev uint64) {
 	}
 }
 
-// queuedScanMax bounds how many of a tenant's queued jobs one cancel reads; past it
-// the job is taken as queued, and the cancel stands.
+// queuedScanMax bounds how many of a tenant's queued jobs, and as many of its
+// waiting session calls, one cancel reads; past it the job is taken as queued, and
+// the cancel stands.
 const queuedScanMax = 10000
 
-// queued reports whether the jobs stream holds a job of ref: waiting, or delivered
-// and not yet acked (the stream is a work queue: an acked job is gone). It reads the
-// tenant's jobs one by one (a work queue takes no second consumer over them), from
-// the first to the last one published when it starts: a cancel is rare, and a tenant
-// pays only for its own backlog.
+// queued reports whether a job or a session call of ref waits: in the jobs stream
+// (waiting, or delivered and not yet acked: the stream is a work queue, an acked job
+// is gone), or in the sessions stream (a call waiting behind an earlier call of its
+// session, running, or run and not yet dropped: its end, if it has one, is looked up
+// before the cancel publishes one). It reads the tenant's jobs, then its session
+// calls, one by one (a work queue takes no second consumer over them), from the
+// first to the last one published when it starts: a cancel is rare, and a tenant pays
+// only for its own backlog.
 func (c *canceller) queued(ctx context.Context, ref execRef) (bool, error) {
-	stream, err := c.js.Stream(ctx, wire.StreamExec)
-	if err != nil {
-		return false, err
-	}
-	filter := wire.ExecWildcard
+	jobs, calls := wire.ExecWildcard, wire.SessionWildcard
 	if ref.tenant != "" {
-		filter = wire.SubjectPrefixExec + "." + ref.tenant + ".*"
+		jobs = wire.SubjectPrefixExec + "." + ref.tenant + ".*"
+		calls = wire.SubjectPrefixSession + "." + ref.tenant + ".*.*"
 	}
-	found := false
-	complete, err := scan(ctx, stream, filter, 0, queuedScanMax, func(msg *jetstream.RawStreamMsg) bool {
-		found = msg.Header.Get(wire.HeaderMsgID) == ref.id
-		return !found
-	})
-	if err == nil && !complete {
-		err = fmt.Errorf("more than %d queued jobs to look through", queuedScanMax)
+	for _, where := range []struct{ stream, filter string }{{wire.StreamExec, jobs}, {wire.StreamSessions, calls}} {
+		stream, err := c.js.Stream(ctx, where.stream)
+		if err != nil {
+			return false, err
+		}
+		found := false
+		complete, err := scan(ctx, stream, where.filter, 0, queuedScanMax, func(msg *jetstream.RawStreamMsg) bool {
+			found = msg.Header.Get(wire.HeaderMsgID) == ref.id
+			return !found
+		})
+		if err == nil && !complete {
+			err = fmt.Errorf("more than %d waiting messages of %s to look through", queuedScanMax, where.filter)
+		}
+		if found || err != nil {
+			return found, err
+		}
 	}
-	return found, err
+	return false, nil
 }
 
 // answerRunning cancels the execution if it runs here, and says so.

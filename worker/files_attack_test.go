@@ -31,6 +31,13 @@ import (
 // until script_done.
 func runTenantJob(t *testing.T, nc *nats.Conn, tenant string, job wire.Job) []*wire.Event {
 	t.Helper()
+	return submitTenantJob(t, nc, tenant, job)()
+}
+
+// submitTenantJob publishes job as runTenantJob does, and returns what waits for its
+// events until script_done (on the test's goroutine: it may fail the test).
+func submitTenantJob(t *testing.T, nc *nats.Conn, tenant string, job wire.Job) (wait func() []*wire.Event) {
+	t.Helper()
 	if job.Sandbox == "" {
 		job.Sandbox = "default"
 	}
@@ -38,7 +45,6 @@ func runTenantJob(t *testing.T, nc *nats.Conn, tenant string, job wire.Job) []*w
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
 	data, err := wire.EncodeJob(wire.ContentTypeJSON, &job)
 	if err != nil {
 		t.Fatal(err)
@@ -51,24 +57,28 @@ func runTenantJob(t *testing.T, nc *nats.Conn, tenant string, job wire.Job) []*w
 	if err := a.publish(subject, data, map[string]string{wire.HeaderMsgID: job.ExecutionID, wire.HeaderContentType: wire.ContentTypeJSON}); err != nil {
 		t.Fatal(err)
 	}
-	var evs []*wire.Event
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		msg, err := sub.NextMsg(time.Until(deadline))
-		if err != nil {
-			t.Fatalf("events of %s/%s: %v (got %s)", tenant, job.ExecutionID, err, describe(evs))
+	return func() []*wire.Event {
+		t.Helper()
+		defer sub.Unsubscribe()
+		var evs []*wire.Event
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) {
+			msg, err := sub.NextMsg(time.Until(deadline))
+			if err != nil {
+				t.Fatalf("events of %s/%s: %v (got %s)", tenant, job.ExecutionID, err, describe(evs))
+			}
+			ev, err := wire.DecodeEvent(msg.Header.Get(wire.HeaderContentType), msg.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs = append(evs, ev)
+			if ev.Type == wire.EventScriptDone {
+				return evs
+			}
 		}
-		ev, err := wire.DecodeEvent(msg.Header.Get(wire.HeaderContentType), msg.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs = append(evs, ev)
-		if ev.Type == wire.EventScriptDone {
-			return evs
-		}
+		t.Fatalf("no script_done for %s/%s", tenant, job.ExecutionID)
+		return nil
 	}
-	t.Fatalf("no script_done for %s/%s", tenant, job.ExecutionID)
-	return nil
 }
 
 // TestAttackTenantReadsAnotherTenantsArtifactByObjectReference: on a fleet with

@@ -172,7 +172,13 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 	if handled, err := pr.cancels.cancelledWhileQueued(ctx, ref.key(), ex); err != nil {
 		log.Warn("look up cancels", "execution_id", ref, "err", err)
 	} else if handled {
-		return outCancelled, ""
+		return pr.cancelledQueued(ctx, ref, ct, job.Metadata, log)
+	}
+	if errors.Is(context.Cause(ctx), errCancelRequested) {
+		// Cancelled as it was taken (its cancel's entry said pending, cancel.go): it
+		// ends without running, and a session call's session goes on (one cancelled
+		// while it runs ends its session, as a kill does).
+		return pr.endCancelled(ctx, p, log)
 	}
 
 	inputs, err := pr.files.inputs(ctx, ref, job, pr.cfg.sandbox(sandbox).MaxInputBytes)
@@ -406,6 +412,23 @@ func (pr *processor) finish(ctx context.Context, p *publisher, res *harness.Resu
 		return outCancelled, ""
 	}
 	return outRan, ""
+}
+
+// cancelledQueued answers a job whose cancel's coordinator took it for queued (the
+// entry says "queued"): its end is the coordinator's, under attempt 0, and the job
+// runs nothing. Should that end not be there (the coordinator died or failed to store
+// it after its swap), this publishes it, the same events under the same ids, so that
+// the stream keeps one end however the two meet.
+func (pr *processor) cancelledQueued(ctx context.Context, ref execRef, ct string, meta map[string]string, log *slog.Logger) (outcome, string) {
+	ended, err := pr.events.ended(ctx, ref.key())
+	if err == nil && !ended {
+		err = pr.events.publisher(ref, 0, ct, meta).terminal(wire.KindCancelled, cancelledBeforeRun)
+	}
+	if err != nil {
+		log.Warn("the end of a job cancelled while queued", "execution_id", ref, "err", err)
+		return outUnstored, truncateReason(err.Error())
+	}
+	return outCancelled, ""
 }
 
 // endCancelled publishes the end of a job cancelled before it got a container; one

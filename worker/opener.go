@@ -137,7 +137,7 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 		case err != nil:
 			_ = msg.NakWithDelay(time.Second) // not claimed on a guess: it may have run
 		case answered:
-			s.done(msg) // while no worker served its sandbox (triage.go)
+			s.done(msg) // while no worker served its sandbox (triage.go), or cancelled (cancel.go)
 		default:
 			s.claim(ctx, sandbox, id, msg, meta, vs)
 		}

@@ -372,3 +372,139 @@ func TestASessionPastTheLimitsFailsAndEvictsNone(t *testing.T) {
 		t.Errorf("the held session gave %v", got)
 	}
 }
+
+// TestACancelEndsASessionCallWaitingBehindAnother: a session call waits behind a slow
+// call of its session, and its agent cancels it. It ends at once with a cancelled
+// error and never runs; the slow call runs to its end and the session goes on, its
+// state untouched by the cancelled call. The coordinator looked for a queued job in
+// the jobs stream only: the cancel was void, and the waiting call ran later. In the
+// fleet's own account (the Go client) and in a tenant's (its calls and its cancel on
+// the subjects the server writes for it).
+func TestACancelEndsASessionCallWaitingBehindAnother(t *testing.T) {
+	const slow = "import time\ntime.sleep(5)\nx += 1"
+	t.Run("own account", func(t *testing.T) {
+		s := openedSession(t, "x = 0")
+		slowCall := submitCall(t, s, slow)
+		waiting := submitCall(t, s, "x += 100\nemit_result(x)")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := waiting.Cancel(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if res := waitWithin(t, waiting, time.Minute); res == nil || res.ErrorKind != wire.KindCancelled {
+			t.Errorf("the cancelled waiting call: %s, want cancelled", describeRes(res))
+		}
+		mustSucceed(t, waitWithin(t, slowCall, time.Minute))
+		if got := mustSucceed(t, call(t, s, "emit_result(x)")).FinalData; got != int64(1) {
+			t.Errorf("x after the calls: %v, want 1: the cancelled call ran", got)
+		}
+	})
+	t.Run("tenant", func(t *testing.T) {
+		_, nc := testenv.NATS(t)
+		startWorker(t, nc, 1, 1, nil)
+		sid := "cancel-" + client.NewExecutionID()
+		submit := func(script string) (string, func() []*wire.Event) {
+			id := client.NewExecutionID()
+			return id, submitTenantJob(t, nc, "alpha", wire.Job{ExecutionID: id, Mode: wire.ModeInteractive, SessionID: sid, Script: script})
+		}
+		cancelAs := func(tenant, id string) {
+			subject := wire.CancelSubject(id)
+			if tenant != "" {
+				subject = wire.SubjectPrefixCancel + "." + tenant + "." + id
+			}
+			if err := nc.Publish(subject, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, opened := submit("x = 0")
+		if evs := opened(); !evs[len(evs)-1].Success {
+			t.Fatalf("the session's first call: %s", describe(evs))
+		}
+		_, slowCall := submit(slow)
+		// Beta, and the fleet's own account, cancel a waiting call of alpha's by its
+		// id: they find nothing of theirs, and it runs. Alpha's own cancel of the next
+		// one ends it.
+		othersID, othersCancel := submit("x += 10")
+		var heard []*nats.Subscription // what the others' cancels published, under their own ids
+		for _, subject := range []string{"jazzmine.events.beta." + othersID + ".>", wire.EventsWildcard(othersID)} {
+			sub, err := nc.SubscribeSync(subject)
+			if err != nil {
+				t.Fatal(err)
+			}
+			heard = append(heard, sub)
+		}
+		cancelAs("beta", othersID)
+		cancelAs("", othersID)
+		id, waiting := submit("x += 100\nemit_result(x)")
+		cancelAs("alpha", id)
+		evs := waiting()
+		if kinds := errorKinds(evs); evs[len(evs)-1].Success || len(kinds) != 1 || kinds[0] != wire.KindCancelled {
+			t.Errorf("the cancelled waiting call: %s, want one cancelled error", describe(evs))
+		}
+		for what, wait := range map[string]func() []*wire.Event{"the slow call": slowCall, "the call others cancelled": othersCancel} {
+			if evs := wait(); !evs[len(evs)-1].Success {
+				t.Errorf("%s: %s", what, describe(evs))
+			}
+		}
+		// Void, they publish nothing: had they found alpha's call, each would have
+		// published a cancelled end under its own key, telling its sender that alpha
+		// had a call of that id waiting.
+		for _, sub := range heard {
+			if msg, err := sub.NextMsg(100 * time.Millisecond); err == nil {
+				t.Errorf("a cancel by another account of alpha's call published %s", msg.Subject)
+			}
+		}
+		if ok, kind, msg, got := runTenantCall(t, nc, "alpha", wire.Job{Sandbox: "default", SessionID: sid, Script: "emit_result(x)"}); !ok || got != int64(11) {
+			t.Errorf("x after the calls: %v (%s %s), want 11: the slow call and the one others cancelled ran, alpha's cancelled one did not", got, kind, msg)
+		}
+	})
+}
+
+// errorKinds returns the kinds of the error events among evs.
+func errorKinds(evs []*wire.Event) []string {
+	var kinds []string
+	for _, ev := range evs {
+		if ev.Type == wire.EventError {
+			kinds = append(kinds, ev.Kind)
+		}
+	}
+	return kinds
+}
+
+// TestASessionCallCancelledAsItsOwnerTakesItLeavesTheSession: the cancel of a waiting
+// session call is under way (its entry in BucketCancels says "pending": the
+// coordinator is asking the fleet who runs it) when the session's owner takes the
+// call. The owner wins the entry, and the call ends cancelled without running; its
+// session goes on. The call used to run with its context cancelled, which kills the
+// session's process as the cancel of a running call does: the next call got
+// session_lost.
+func TestASessionCallCancelledAsItsOwnerTakesItLeavesTheSession(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 1, nil)
+	s := newSessionClient(t, nc).NewSession("default")
+	mustSucceed(t, call(t, s, "x = 0"))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), worker.BucketCancels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := client.NewExecutionID()
+	if _, err := kv.Create(t.Context(), id, []byte("pending")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := s.Submit(ctx, wire.Job{ExecutionID: id, Mode: wire.ModeInteractive, Script: "x += 100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := waitWithin(t, e, time.Minute); res == nil || res.ErrorKind != wire.KindCancelled {
+		t.Errorf("the call cancelled as it was taken: %s, want cancelled", describeRes(res))
+	}
+	if res := call(t, s, "emit_result(x)"); !res.Success || res.FinalData != int64(0) {
+		t.Errorf("the next call: %s, want success 0: the session goes on, the cancelled call did not run", describeRes(res))
+	}
+}

@@ -254,6 +254,43 @@ func TestCancelEndsQueuedAndRunningJobs(t *testing.T) {
 	}
 }
 
+// TestACancelWhoseCoordinatorStoppedAfterItsSwapStillEndsTheJob: the coordinator of
+// a queued job's cancel swapped its entry to "queued" and stopped before it published
+// the job's end (its worker was killed, or the store failed). The worker that takes the
+// job runs nothing and publishes that end itself: a cancelled error and one
+// script_done, under attempt 0 as the coordinator would have. It acked the job
+// silently, and the agent waited for an end that never came.
+func TestACancelWhoseCoordinatorStoppedAfterItsSwapStillEndsTheJob(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	startWorker(t, nc, 1, 0, nil)
+	a := newAgent(t, nc)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancels, err := js.KeyValue(t.Context(), worker.BucketCancels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := newID("orphaned-cancel")
+	if _, err := cancels.Create(t.Context(), id, []byte("queued")); err != nil {
+		t.Fatal(err)
+	}
+	a.submit(wire.ContentTypeJSON, wire.Job{ExecutionID: id, Sandbox: "default", Script: "emit_result('ran')"})
+	evs := a.events(id, time.Minute)
+	if e := find(evs, wire.EventError); e == nil || e.Kind != wire.KindCancelled || e.Attempt != 0 || last(evs).Success {
+		t.Errorf("the job: %s, want a cancelled end under attempt 0", describe(evs))
+	}
+	next := newID("next")
+	a.submit(wire.ContentTypeJSON, wire.Job{ExecutionID: next, Sandbox: "default", Script: "emit_result(3)"})
+	if done := last(a.events(next, time.Minute)); !done.Success {
+		t.Errorf("the job after: %+v", done)
+	}
+	if evs := a.allEvents(id); count(evs, wire.EventStarted) != 0 || count(evs, wire.EventScriptDone) != 1 {
+		t.Errorf("the cancelled job: %s, want no start and one script_done", describe(evs))
+	}
+}
+
 // TestACancelOfAJobThatDoesNotExistIsVoid: an agent that cancels an id before its job
 // is published (a guess at another's id, or a cancel sent too early) cancels nothing:
 // the job published afterwards runs, and no event is published under the id for the
