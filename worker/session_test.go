@@ -483,18 +483,8 @@ func TestASessionCallCancelledAsItsOwnerTakesItLeavesTheSession(t *testing.T) {
 	startWorker(t, nc, 1, 1, nil)
 	s := newSessionClient(t, nc).NewSession("default")
 	mustSucceed(t, call(t, s, "x = 0"))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(t.Context(), worker.BucketCancels)
-	if err != nil {
-		t.Fatal(err)
-	}
 	id := client.NewExecutionID()
-	if _, err := kv.Create(t.Context(), id, []byte("pending")); err != nil {
-		t.Fatal(err)
-	}
+	recordCancel(t, nc, id, "pending")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	e, err := s.Submit(ctx, wire.Job{ExecutionID: id, Mode: wire.ModeInteractive, Script: "x += 100"})
