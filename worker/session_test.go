@@ -498,3 +498,36 @@ func TestASessionCallCancelledAsItsOwnerTakesItLeavesTheSession(t *testing.T) {
 		t.Errorf("the next call: %s, want success 0: the session goes on, the cancelled call did not run", describeRes(res))
 	}
 }
+
+// TestACancelledFirstCallOpensNoSession: a session's first call waits, every worker
+// at its limit of sessions, and its agent cancels it. It ends cancelled and opens
+// nothing: once there is room, the session's next call opens the session afresh,
+// without the cancelled call's state.
+func TestACancelledFirstCallOpensNoSession(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	// One session at a time; a first call is looked at again for a while (20
+	// deliveries, 200 ms apart) before it is refused with session_limit.
+	startWorker(t, nc, 1, 1, func(c *worker.Config) {
+		c.MaxDeliver = 20
+		c.Sandboxes[0].MaxSessions = 1
+	})
+	c := newSessionClient(t, nc)
+	holder := c.NewSession("default")
+	mustSucceed(t, call(t, holder, "pass"))
+	s := c.NewSession("default")
+	first := submitCall(t, s, "x = 'set by the cancelled call'")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := first.Cancel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := waitWithin(t, first, time.Minute); res == nil || res.ErrorKind != wire.KindCancelled {
+		t.Errorf("the cancelled first call: %s, want cancelled", describeRes(res))
+	}
+	if err := holder.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := call(t, s, "emit_result('x' in globals())"); !res.Success || res.FinalData != false {
+		t.Errorf("the session's next call: %s, want a new session without x", describeRes(res))
+	}
+}
