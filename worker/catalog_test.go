@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jazzmine/worker/client"
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/internal/testworker"
@@ -73,15 +71,7 @@ func TestATenantAsksTheWorkersForTheCatalog(t *testing.T) {
 		t.Errorf("the tenant's catalog: %+v; want the default sandbox, its tools and their docstrings", got)
 	}
 	// The worker's view follows the bucket: an entry deleted there leaves the answer.
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(context.Background(), wire.SandboxesBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := kv.Delete(context.Background(), "default"); err != nil {
+	if err := bucket(t, nc, wire.SandboxesBucket).Delete(context.Background(), "default"); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, time.Minute, "the deleted entry out of the tenant's answer", func() bool {

@@ -41,6 +41,20 @@ func startWorkerPool(t testing.TB, nc *nats.Conn, sb sandboxpool.Sandbox, poolTw
 	return testworker.Start(t, nc, testworker.Options{Sandbox: sb, Pool: poolTweak, Worker: tweak})
 }
 
+// bucket returns the fleet's key-value bucket name, which the worker has made.
+func bucket(t testing.TB, nc *nats.Conn, name string) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
 // agent publishes jobs and reads events the way any NATS client can.
 type agent struct {
 	t  testing.TB

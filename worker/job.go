@@ -174,7 +174,7 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 	} else if handled {
 		return pr.cancelledQueued(ctx, ref, ct, job.Metadata, log)
 	}
-	if errors.Is(context.Cause(ctx), errCancelRequested) {
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), errCancelRequested) {
 		// Cancelled as it was taken (its cancel's entry said pending, cancel.go): it
 		// ends without running, and a session call's session goes on (one cancelled
 		// while it runs ends its session, as a kill does).

@@ -385,15 +385,7 @@ func TestACancelEndsASessionCallWaitingBehindAnother(t *testing.T) {
 	t.Run("own account", func(t *testing.T) {
 		s := openedSession(t, "x = 0")
 		slowCall := submitCall(t, s, slow)
-		waiting := submitCall(t, s, "x += 100\nemit_result(x)")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := waiting.Cancel(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if res := waitWithin(t, waiting, time.Minute); res == nil || res.ErrorKind != wire.KindCancelled {
-			t.Errorf("the cancelled waiting call: %s, want cancelled", describeRes(res))
-		}
+		cancelledWithin(t, "the cancelled waiting call", submitCall(t, s, "x += 100\nemit_result(x)"))
 		mustSucceed(t, waitWithin(t, slowCall, time.Minute))
 		if got := mustSucceed(t, call(t, s, "emit_result(x)")).FinalData; got != int64(1) {
 			t.Errorf("x after the calls: %v, want 1: the cancelled call ran", got)
@@ -417,7 +409,7 @@ func TestACancelEndsASessionCallWaitingBehindAnother(t *testing.T) {
 			}
 		}
 		_, opened := submit("x = 0")
-		if evs := opened(); !evs[len(evs)-1].Success {
+		if evs := opened(); !last(evs).Success {
 			t.Fatalf("the session's first call: %s", describe(evs))
 		}
 		_, slowCall := submit(slow)
@@ -426,7 +418,7 @@ func TestACancelEndsASessionCallWaitingBehindAnother(t *testing.T) {
 		// one ends it.
 		othersID, othersCancel := submit("x += 10")
 		var heard []*nats.Subscription // what the others' cancels published, under their own ids
-		for _, subject := range []string{"jazzmine.events.beta." + othersID + ".>", wire.EventsWildcard(othersID)} {
+		for _, subject := range []string{wire.EventsWildcard("beta." + othersID), wire.EventsWildcard(othersID)} {
 			sub, err := nc.SubscribeSync(subject)
 			if err != nil {
 				t.Fatal(err)
@@ -438,11 +430,11 @@ func TestACancelEndsASessionCallWaitingBehindAnother(t *testing.T) {
 		id, waiting := submit("x += 100\nemit_result(x)")
 		cancelAs("alpha", id)
 		evs := waiting()
-		if kinds := errorKinds(evs); evs[len(evs)-1].Success || len(kinds) != 1 || kinds[0] != wire.KindCancelled {
+		if last(evs).Success || count(evs, wire.EventError) != 1 || find(evs, wire.EventError).Kind != wire.KindCancelled {
 			t.Errorf("the cancelled waiting call: %s, want one cancelled error", describe(evs))
 		}
 		for what, wait := range map[string]func() []*wire.Event{"the slow call": slowCall, "the call others cancelled": othersCancel} {
-			if evs := wait(); !evs[len(evs)-1].Success {
+			if evs := wait(); !last(evs).Success {
 				t.Errorf("%s: %s", what, describe(evs))
 			}
 		}
@@ -460,15 +452,18 @@ func TestACancelEndsASessionCallWaitingBehindAnother(t *testing.T) {
 	})
 }
 
-// errorKinds returns the kinds of the error events among evs.
-func errorKinds(evs []*wire.Event) []string {
-	var kinds []string
-	for _, ev := range evs {
-		if ev.Type == wire.EventError {
-			kinds = append(kinds, ev.Kind)
-		}
+// cancelledWithin cancels e, a session call that waits, and checks that it ends
+// cancelled within a minute.
+func cancelledWithin(t *testing.T, what string, e *client.Execution) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.Cancel(ctx); err != nil {
+		t.Fatal(err)
 	}
-	return kinds
+	if res := waitWithin(t, e, time.Minute); res == nil || res.ErrorKind != wire.KindCancelled {
+		t.Errorf("%s: %s, want cancelled", what, describeRes(res))
+	}
 }
 
 // TestASessionCallCancelledAsItsOwnerTakesItLeavesTheSession: the cancel of a waiting
@@ -515,16 +510,8 @@ func TestACancelledFirstCallOpensNoSession(t *testing.T) {
 	holder := c.NewSession("default")
 	mustSucceed(t, call(t, holder, "pass"))
 	s := c.NewSession("default")
-	first := submitCall(t, s, "x = 'set by the cancelled call'")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := first.Cancel(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if res := waitWithin(t, first, time.Minute); res == nil || res.ErrorKind != wire.KindCancelled {
-		t.Errorf("the cancelled first call: %s, want cancelled", describeRes(res))
-	}
-	if err := holder.Close(ctx); err != nil {
+	cancelledWithin(t, "the cancelled first call", submitCall(t, s, "x = 'set by the cancelled call'"))
+	if err := holder.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if res := call(t, s, "emit_result('x' in globals())"); !res.Success || res.FinalData != false {

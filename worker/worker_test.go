@@ -286,15 +286,7 @@ func TestACancelWhoseCoordinatorStoppedAfterItsSwapStillEndsTheJob(t *testing.T)
 // coordinator of its cancel has it in the middle of the protocol (worker/cancel.go).
 func recordCancel(t *testing.T, nc *nats.Conn, key, state string) {
 	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancels, err := js.KeyValue(t.Context(), worker.BucketCancels)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cancels.Create(t.Context(), key, []byte(state)); err != nil {
+	if _, err := bucket(t, nc, worker.BucketCancels).Create(t.Context(), key, []byte(state)); err != nil {
 		t.Fatal(err)
 	}
 }
