@@ -154,7 +154,10 @@ func NewExecutionID() string { return rand.Text() }
 // [Execution] that follows its events. ctx bounds the submission only, not
 // the execution.
 //
-// A job without an ExecutionID gets one from [NewExecutionID]. The job must
+// A job without an ExecutionID gets one from [NewExecutionID], and a job
+// without a Mode runs in [wire.ModeInteractive], as a notebook cell does: a
+// script that only prints succeeds, and its last expression's value is its
+// result ([wire.ModePlan] requires a result). The job must
 // name its Sandbox, and must pass [wire.Job.Validate] with the client's
 // script limit; an invalid job is refused before anything is sent (the
 // error wraps [wire.ErrInvalidJob]).
@@ -178,6 +181,9 @@ func NewExecutionID() string { return rand.Text() }
 func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
 	if job.ExecutionID == "" {
 		job.ExecutionID = NewExecutionID()
+	}
+	if job.Mode == "" {
+		job.Mode = wire.ModeInteractive
 	}
 	if err := job.Validate(job.Sandbox, c.maxScriptBytes); err != nil {
 		return nil, fmt.Errorf("submit job: %w", err)

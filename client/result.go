@@ -30,6 +30,15 @@ type Result struct {
 	// there is none. It holds the values of [wire.Event.Data].
 	FinalData any
 
+	// Value is the value of the script's last statement, when that is an
+	// expression (not None, not silenced by a trailing semicolon), as
+	// IPython shows it as Out and Jupyter sends it as an execute_result:
+	// its text forms ("text/plain" always) and image. nil otherwise.
+	Value *Display
+	// ExecutionCount numbers Value among its session's calls (1 outside a
+	// session); 0 without a Value.
+	ExecutionCount int
+
 	// Error is script_done's error, or else the message of the first error
 	// event; empty on success.
 	Error string
@@ -38,6 +47,9 @@ type Result struct {
 	// and, when the script raised, its traceback.
 	ErrorKind string
 	Traceback string
+	// Hint comes from the first error event too: what the error means in
+	// the sandbox and what to do instead, when the harness knows.
+	Hint string
 
 	// Intermediates are the script's intermediate results, in order.
 	Intermediates []Intermediate
@@ -58,6 +70,11 @@ type Result struct {
 	// OutputBytes counts the bytes of the execution's output, as the worker
 	// measured it against the job's max_output_bytes.
 	OutputBytes int64
+	// CPUMS is the CPU time of the execution in milliseconds and
+	// PeakMemoryBytes the peak resident memory of the script's process:
+	// script_done's cpu_ms and peak_memory_bytes (zero when it had none).
+	CPUMS           float64
+	PeakMemoryBytes int64
 }
 
 // Intermediate is an intermediate result of a script (an intermediate
@@ -123,12 +140,15 @@ func (c *collector) add(ev *wire.Event) *Result {
 	case wire.EventError:
 		if !a.sawError {
 			a.sawError = true
-			a.res.Error, a.res.ErrorKind, a.res.Traceback = ev.Error, ev.Kind, ev.Traceback
+			a.res.Error, a.res.ErrorKind, a.res.Traceback, a.res.Hint = ev.Error, ev.Kind, ev.Traceback, ev.Hint
 		}
 	case wire.EventArtifact:
 		a.res.Artifacts = append(a.res.Artifacts, *artifactOf(ev))
 	case wire.EventDisplay:
 		a.res.Displays = append(a.res.Displays, displayOf(ev))
+	case wire.EventExecuteResult:
+		d := displayOf(ev)
+		a.res.Value, a.res.ExecutionCount = &d, ev.ExecutionCount
 	case wire.EventScriptDone:
 		return a.finish(ev)
 	}
@@ -141,6 +161,7 @@ func (a *attempt) finish(done *wire.Event) *Result {
 	res.Success = done.Success
 	res.DurationMS = done.DurationMS
 	res.OutputBytes = done.OutputBytes
+	res.CPUMS, res.PeakMemoryBytes = done.CPUMS, done.PeakMemoryBytes
 	if done.Error != "" {
 		res.Error = done.Error
 	}

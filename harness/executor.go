@@ -64,16 +64,26 @@ type Log struct {
 // Result is the outcome of one execution. A script's own failure is a Result with
 // Success false, never a Go error.
 type Result struct {
-	Success       bool            `json:"success"`
-	ExecutionID   string          `json:"execution_id"`
-	FinalData     json.RawMessage `json:"final_data,omitempty"`
-	Intermediates []Intermediate  `json:"intermediates,omitempty"`
-	Logs          []Log           `json:"logs,omitempty"`
-	Error         string          `json:"error,omitempty"`
-	ErrorKind     string          `json:"error_kind,omitempty"`
-	Traceback     string          `json:"traceback,omitempty"`
-	DurationMS    int64           `json:"duration_ms"`
-	OutputBytes   int64           `json:"output_bytes"`
+	Success     bool            `json:"success"`
+	ExecutionID string          `json:"execution_id"`
+	FinalData   json.RawMessage `json:"final_data,omitempty"`
+	// FinalNonfinite are the places of FinalData's NaNs and infinities, which its JSON
+	// has as null (see [wire.WithNonfinite]).
+	FinalNonfinite []wire.Nonfinite `json:"-"`
+	Intermediates  []Intermediate   `json:"intermediates,omitempty"`
+	Logs           []Log            `json:"logs,omitempty"`
+	Error          string           `json:"error,omitempty"`
+	ErrorKind      string           `json:"error_kind,omitempty"`
+	Traceback      string           `json:"traceback,omitempty"`
+	Hint           string           `json:"hint,omitempty"`
+	DurationMS     int64            `json:"duration_ms"`
+	OutputBytes    int64            `json:"output_bytes"`
+	// CPUMS is the CPU time of the execution in milliseconds, as the harness counted
+	// it (its container's cgroup, or what the script's process said where there is no
+	// cgroup to read); PeakMemoryBytes the peak resident memory of the script's
+	// process. Zero when the harness did not say.
+	CPUMS           float64 `json:"cpu_ms,omitempty"`
+	PeakMemoryBytes int64   `json:"peak_memory_bytes,omitempty"`
 	// ExitCode and Signal describe how the script's process ended, as the harness saw it.
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Signal   string `json:"signal,omitempty"`
@@ -256,7 +266,7 @@ func (r *run) decode(b []byte) (Event, error) {
 	}
 	switch ev.Type {
 	case wire.EventIntermediate, wire.EventLog, wire.EventStdout, wire.EventStderr, wire.EventFinalResult, wire.EventError,
-		wire.EventArtifact, wire.EventDisplay:
+		wire.EventArtifact, wire.EventDisplay, wire.EventExecuteResult:
 	case wire.EventScriptDone:
 		if ev.Nonce != r.nonce {
 			return ev, fmt.Errorf("%w: a script_done that does not carry the execute's nonce", ErrProtocol)
@@ -284,7 +294,7 @@ func (r *run) deliver(ctx context.Context, ev Event) error {
 			return nil
 		}
 		r.gotResult = true
-		r.res.FinalData = ev.Data
+		r.res.FinalData, r.res.FinalNonfinite = ev.Data, ev.Nonfinite
 		if r.res.FinalData == nil {
 			r.res.FinalData = json.RawMessage("null")
 		}
@@ -297,21 +307,22 @@ func (r *run) deliver(ctx context.Context, ev Event) error {
 			break // published, but the first error is the run's (artifact_limit may follow a script's)
 		}
 		r.gotError = true
-		r.res.Error, r.res.ErrorKind, r.res.Traceback = ev.Error, ev.Kind, ev.Traceback
+		r.res.Error, r.res.ErrorKind, r.res.Traceback, r.res.Hint = ev.Error, ev.Kind, ev.Traceback, ev.Hint
 		if r.res.ErrorKind == "" {
 			r.res.ErrorKind = wire.KindScript
 		}
 	case wire.EventScriptDone:
 		r.done = true
 		r.res.ExitCode, r.res.Signal = ev.ExitCode, ev.Signal
+		r.res.CPUMS, r.res.PeakMemoryBytes = ev.CPUMS, ev.PeakMemoryBytes
 		if r.req.Mode == ModePlan && !r.gotResult && !r.gotError {
 			// The harness reports this itself; this guards against one that does not.
 			if err := r.deliver(ctx, Event{Type: wire.EventError, ExecutionID: r.req.ExecutionID, Kind: wire.KindScript,
-				Error: "Script finished without calling emit_result() (plan mode requires a result)"}); err != nil {
+				Error: ErrNoResult, Hint: NoResultHint}); err != nil {
 				return err
 			}
 		}
-	case wire.EventStdout, wire.EventStderr, wire.EventArtifact, wire.EventDisplay:
+	case wire.EventStdout, wire.EventStderr, wire.EventArtifact, wire.EventDisplay, wire.EventExecuteResult:
 	default:
 		return nil // not part of an execution's stream
 	}

@@ -87,8 +87,13 @@ emit_result({"sum": add(1, 2), "async": double(21)})
 func TestModesDecideSuccessWithoutAResult(t *testing.T) {
 	h := startHarness(t, nil)
 	plan, _ := h.exec(t, "plan", "x = 1")
-	if plan.Success || plan.ErrorKind != wire.KindScript || !strings.Contains(plan.Error, "emit_result") {
-		t.Errorf("plan mode without a result: success=%v kind=%q error=%q, want a script error naming emit_result", plan.Success, plan.ErrorKind, plan.Error)
+	if plan.Success || plan.ErrorKind != wire.KindScript || plan.Error != ErrNoResult || !strings.Contains(plan.Hint, "emit_result(value)") {
+		t.Errorf("plan mode without a result: success=%v kind=%q error=%q hint=%q, want a script error whose hint names emit_result", plan.Success, plan.ErrorKind, plan.Error, plan.Hint)
+	}
+	// A last expression's value is a result, as a notebook cell's Out is.
+	last, _ := h.exec(t, "plan-last", "x = 6\nx * 7")
+	if !last.Success || string(last.FinalData) != "42" {
+		t.Errorf("plan mode ending in an expression: success=%v data=%s error=%q, want success with 42", last.Success, last.FinalData, last.Error)
 	}
 	inter, _ := h.exec(t, "interactive", "x = 1", interactive)
 	if !inter.Success || inter.FinalData != nil {
@@ -258,7 +263,7 @@ func TestHostileScriptsEndInAnErrorAndTheHarnessLives(t *testing.T) {
 		{"a loop with SIGALRM blocked", "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\nwhile True: pass", []func(*Request){timeout(time.Second)}, wire.KindTimeout, "Script timed out after 1s"},
 		{"a loop that swallows the timeout", "while True:\n    try:\n        while True: pass\n    except BaseException:\n        pass", []func(*Request){timeout(time.Second)}, wire.KindTimeout, "Script timed out after 1s"},
 		{"sys.exit(3)", "import sys\nsys.exit(3)", nil, wire.KindScript, "sys.exit(3)"},
-		{"os._exit(0) in plan mode", "import os\nos._exit(0)", nil, wire.KindScript, "before calling emit_result"},
+		{"os._exit(0) in plan mode", "import os\nos._exit(0)", nil, wire.KindScript, "before it gave a result"},
 		{"killing itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", nil, wire.KindCrashed, "SIGKILL"},
 		{"printing 10 MB", "import sys\nfor _ in range(10 * 1024):\n    sys.stdout.write('x' * 1023 + '\\n')", []func(*Request){maxOutput(1 << 20)}, wire.KindOutputLimit, "Output limit exceeded"},
 		{"writing 10 MB of binary to fd 1", "import os\nfor _ in range(160):\n    os.write(1, os.urandom(65536))", []func(*Request){maxOutput(1 << 20)}, wire.KindOutputLimit, "Output limit exceeded"},

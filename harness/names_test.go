@@ -40,6 +40,7 @@ func TestThePythonHarnessNamesWhatGoNames(t *testing.T) {
 		{"error kinds (ERROR_KINDS): wire's but the worker's own", py.Kinds, kinds},
 		{"request types (REQUEST_TYPES)", py.Requests, []string{requestExecute, requestCancel, requestReset, requestPing, requestFile, requestChunk}},
 		{"modes (MODES)", py.Modes, []string{string(ModePlan), string(ModeInteractive)}},
+		{"the error and hint of no result (NO_RESULT, NO_RESULT_HINT)", py.NoResult, []string{ErrNoResult, NoResultHint}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,6 +60,7 @@ type harnessNames struct {
 	Kinds    []string `json:"kinds"`
 	Requests []string `json:"requests"`
 	Modes    []string `json:"modes"`
+	NoResult []string `json:"no_result"`
 }
 
 // pythonNames imports the embedded harness's protocol module under python3 and
@@ -72,7 +74,7 @@ func pythonNames(t *testing.T) harnessNames {
 	const script = `import json, sys
 sys.path.insert(0, sys.argv[1])
 from jazzmine_harness import protocol as p
-print(json.dumps({"events": p.EVENT_TYPES, "kinds": p.ERROR_KINDS, "requests": p.REQUEST_TYPES, "modes": p.MODES}))`
+print(json.dumps({"events": p.EVENT_TYPES, "kinds": p.ERROR_KINDS, "requests": p.REQUEST_TYPES, "modes": p.MODES, "no_result": [p.NO_RESULT, p.NO_RESULT_HINT]}))`
 	out, err := exec.Command("python3", "-B", "-P", "-c", script, dir).Output()
 	if err != nil {
 		t.Fatalf("python3: %v: %s", err, stderrOf(err))

@@ -75,6 +75,7 @@ const (
 	EventScriptDone    = wire.EventScriptDone
 	EventArtifact      = wire.EventArtifact
 	EventDisplay       = wire.EventDisplay
+	EventExecuteResult = wire.EventExecuteResult
 	KindScript         = wire.KindScript
 	KindTimeout        = wire.KindTimeout
 	KindOutputLimit    = wire.KindOutputLimit
@@ -97,6 +98,14 @@ const EventChunk = "chunk"
 // ChunkBytes is the most bytes one chunk line carries, before base64.
 const ChunkBytes = 192 << 10
 
+// ErrNoResult and NoResultHint are the error and the hint of a plan-mode execution
+// that gave no result; the harness's Python says the same (a test holds them
+// together).
+const (
+	ErrNoResult  = "Script finished without a result (plan mode requires one)"
+	NoResultHint = "End the script with an expression: its value is the result, as the last line of a notebook cell is shown. Or call emit_result(value)."
+)
+
 // ErrStdoutClosed is the error text of an execution whose harness stream ended.
 const ErrStdoutClosed = "Container stdout closed unexpectedly"
 
@@ -113,9 +122,19 @@ type Event struct {
 	Error       string          `json:"error,omitempty"`
 	Traceback   string          `json:"traceback,omitempty"`
 	Kind        string          `json:"kind,omitempty"`
-	ExitCode    *int            `json:"exit_code,omitempty"`
-	Signal      string          `json:"signal,omitempty"`
-	DurationMS  float64         `json:"duration_ms,omitempty"`
+	Hint        string          `json:"hint,omitempty"`
+	// Nonfinite are the places of the NaNs and infinities of Data, which its JSON
+	// has as null (see [wire.WithNonfinite]).
+	Nonfinite []wire.Nonfinite `json:"nonfinite,omitempty"`
+	// ExecutionCount numbers an execute_result among its session's calls.
+	ExecutionCount int     `json:"execution_count,omitempty"`
+	ExitCode       *int    `json:"exit_code,omitempty"`
+	Signal         string  `json:"signal,omitempty"`
+	DurationMS     float64 `json:"duration_ms,omitempty"`
+	// CPUMS and PeakMemoryBytes are what a script_done's execution cost (see
+	// [Result]).
+	CPUMS           float64 `json:"cpu_ms,omitempty"`
+	PeakMemoryBytes int64   `json:"peak_memory_bytes,omitempty"`
 	// Nonce is set on script_done, reset_done and pong: the nonce of the request they
 	// answer. The host takes none of them without it.
 	Nonce string `json:"nonce,omitempty"`
@@ -131,9 +150,10 @@ type Event struct {
 	Blob io.Reader `json:"-"`
 }
 
-// IsFile reports whether ev announces a file (its Blob holds the bytes): an artifact, or a display's image.
+// IsFile reports whether ev announces a file (its Blob holds the bytes): an artifact,
+// or the image of a display or an execute_result.
 func (ev *Event) IsFile() bool {
-	return ev.Type == EventArtifact || ev.Type == EventDisplay && ev.Path != ""
+	return ev.Type == EventArtifact || (ev.Type == EventDisplay || ev.Type == EventExecuteResult) && ev.Path != ""
 }
 
 // Ready is the harness's first event: what it loaded.

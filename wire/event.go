@@ -43,6 +43,16 @@ const (
 	// "text/html", "text/markdown"); an image is stored and named by Path
 	// ("display/1.png"), Bucket, Object, Size, SHA256 and ContentType.
 	EventDisplay = "display"
+	// EventExecuteResult carries the value of the script's last statement,
+	// when that is an expression (not None, not silenced by a trailing
+	// semicolon), as Jupyter's execute_result does: Data maps MIME types to
+	// the value's text forms ("text/plain" always, as IPython writes it;
+	// "text/html" and others where the value has them), ExecutionCount
+	// numbers the call among its session's (1 outside a session), and an
+	// image (a matplotlib Figure, an object with _repr_png_) is stored and
+	// named as a display's is. Where the script emitted no result, a
+	// final_result event with the value's JSON form follows it.
+	EventExecuteResult = "execute_result"
 )
 
 // Error kinds, the Kind of an [EventError] event.
@@ -137,9 +147,10 @@ type Event struct {
 	// uint64 (integers above math.MaxInt64 only), float64, []any and
 	// map[string]any, the same values for the same event whatever its
 	// encoding. Integers stay integers and floats stay floats (1.0 is
-	// written 1.0 in JSON). NaN and infinities are rejected, as JSON cannot
-	// carry them, and so are msgpack extension types and non-string map
-	// keys. Other Go values are encoded by encoding/json and msgpack as they
+	// written 1.0 in JSON). NaN and infinities, which JSON cannot carry, are
+	// written null in JSON and as the floats they are in msgpack (see
+	// [WithNonfinite]); msgpack extension types and non-string map keys are
+	// rejected. Other Go values are encoded by encoding/json and msgpack as they
 	// see fit, which may differ between the two.
 	Data any `json:"data,omitempty" msgpack:"data,omitempty"`
 
@@ -153,10 +164,17 @@ type Event struct {
 
 	// Error (a message), Traceback (when the script raised) and Kind (one of
 	// the Kind constants) are the payload of EventError; Error also says why
-	// an EventScriptDone failed.
+	// an EventScriptDone failed. Hint, when set, says what the error means
+	// in the sandbox and what to do instead (a module the sandbox lacks,
+	// IPython syntax, a missing result).
 	Error     string `json:"error,omitempty" msgpack:"error,omitempty"`
 	Traceback string `json:"traceback,omitempty" msgpack:"traceback,omitempty"`
 	Kind      string `json:"kind,omitempty" msgpack:"kind,omitempty"`
+	Hint      string `json:"hint,omitempty" msgpack:"hint,omitempty"`
+
+	// ExecutionCount numbers an EventExecuteResult among the calls of its
+	// session, from 1 (1 outside a session).
+	ExecutionCount int `json:"execution_count,omitempty" msgpack:"execution_count,omitempty"`
 
 	// Success, DurationMS, OutputBytes and FinalData are the payload of
 	// EventScriptDone. The first three are always encoded on that type, even
@@ -165,6 +183,13 @@ type Event struct {
 	DurationMS  int64 `json:"duration_ms" msgpack:"duration_ms"`
 	OutputBytes int64 `json:"output_bytes" msgpack:"output_bytes"`
 	FinalData   any   `json:"final_data,omitempty" msgpack:"final_data,omitempty"`
+	// CPUMS and PeakMemoryBytes say what an EventScriptDone's execution
+	// cost: the CPU time, in milliseconds, of its container from the start
+	// of the run to its end (the script's processes, and the harness
+	// relaying them), and the peak resident memory of the script's process
+	// (or of a child it waited for). Zero when the harness did not say.
+	CPUMS           float64 `json:"cpu_ms,omitempty" msgpack:"cpu_ms,omitempty"`
+	PeakMemoryBytes int64   `json:"peak_memory_bytes,omitempty" msgpack:"peak_memory_bytes,omitempty"`
 
 	// Path, Bucket, Object, Size, SHA256 (hex) and ContentType describe the
 	// file of an EventArtifact, or the image of an EventDisplay: where it was
@@ -184,33 +209,37 @@ type Event struct {
 // and the data fields as values with their own encoding. A test checks that
 // its fields and names follow Event's.
 type eventWire struct {
-	ExecutionID string            `json:"execution_id" msgpack:"execution_id"`
-	Type        string            `json:"type" msgpack:"type"`
-	Seq         uint64            `json:"seq" msgpack:"seq"`
-	Attempt     int               `json:"attempt" msgpack:"attempt"`
-	WorkerID    string            `json:"worker_id" msgpack:"worker_id"`
-	Time        string            `json:"time" msgpack:"time"`
-	Metadata    map[string]string `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
-	Sandbox     string            `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
-	ContainerID string            `json:"container_id,omitempty" msgpack:"container_id,omitempty"`
-	Label       string            `json:"label,omitempty" msgpack:"label,omitempty"`
-	Data        value             `json:"data,omitzero" msgpack:"data,omitempty"`
-	Level       string            `json:"level,omitempty" msgpack:"level,omitempty"`
-	Message     string            `json:"message,omitempty" msgpack:"message,omitempty"`
-	Text        string            `json:"text,omitempty" msgpack:"text,omitempty"`
-	Error       string            `json:"error,omitempty" msgpack:"error,omitempty"`
-	Traceback   string            `json:"traceback,omitempty" msgpack:"traceback,omitempty"`
-	Kind        string            `json:"kind,omitempty" msgpack:"kind,omitempty"`
-	Success     *bool             `json:"success,omitempty" msgpack:"success,omitempty"`
-	DurationMS  *int64            `json:"duration_ms,omitempty" msgpack:"duration_ms,omitempty"`
-	OutputBytes *int64            `json:"output_bytes,omitempty" msgpack:"output_bytes,omitempty"`
-	FinalData   value             `json:"final_data,omitzero" msgpack:"final_data,omitempty"`
-	Path        string            `json:"path,omitempty" msgpack:"path,omitempty"`
-	Bucket      string            `json:"bucket,omitempty" msgpack:"bucket,omitempty"`
-	Object      string            `json:"object,omitempty" msgpack:"object,omitempty"`
-	Size        int64             `json:"size,omitempty" msgpack:"size,omitempty"`
-	SHA256      string            `json:"sha256,omitempty" msgpack:"sha256,omitempty"`
-	ContentType string            `json:"content_type,omitempty" msgpack:"content_type,omitempty"`
+	ExecutionID     string            `json:"execution_id" msgpack:"execution_id"`
+	Type            string            `json:"type" msgpack:"type"`
+	Seq             uint64            `json:"seq" msgpack:"seq"`
+	Attempt         int               `json:"attempt" msgpack:"attempt"`
+	WorkerID        string            `json:"worker_id" msgpack:"worker_id"`
+	Time            string            `json:"time" msgpack:"time"`
+	Metadata        map[string]string `json:"metadata,omitempty" msgpack:"metadata,omitempty"`
+	Sandbox         string            `json:"sandbox,omitempty" msgpack:"sandbox,omitempty"`
+	ContainerID     string            `json:"container_id,omitempty" msgpack:"container_id,omitempty"`
+	Label           string            `json:"label,omitempty" msgpack:"label,omitempty"`
+	Data            value             `json:"data,omitzero" msgpack:"data,omitempty"`
+	Level           string            `json:"level,omitempty" msgpack:"level,omitempty"`
+	Message         string            `json:"message,omitempty" msgpack:"message,omitempty"`
+	Text            string            `json:"text,omitempty" msgpack:"text,omitempty"`
+	Error           string            `json:"error,omitempty" msgpack:"error,omitempty"`
+	Traceback       string            `json:"traceback,omitempty" msgpack:"traceback,omitempty"`
+	Kind            string            `json:"kind,omitempty" msgpack:"kind,omitempty"`
+	Hint            string            `json:"hint,omitempty" msgpack:"hint,omitempty"`
+	ExecutionCount  int               `json:"execution_count,omitempty" msgpack:"execution_count,omitempty"`
+	Success         *bool             `json:"success,omitempty" msgpack:"success,omitempty"`
+	DurationMS      *int64            `json:"duration_ms,omitempty" msgpack:"duration_ms,omitempty"`
+	OutputBytes     *int64            `json:"output_bytes,omitempty" msgpack:"output_bytes,omitempty"`
+	FinalData       value             `json:"final_data,omitzero" msgpack:"final_data,omitempty"`
+	CPUMS           float64           `json:"cpu_ms,omitempty" msgpack:"cpu_ms,omitempty"`
+	PeakMemoryBytes int64             `json:"peak_memory_bytes,omitempty" msgpack:"peak_memory_bytes,omitempty"`
+	Path            string            `json:"path,omitempty" msgpack:"path,omitempty"`
+	Bucket          string            `json:"bucket,omitempty" msgpack:"bucket,omitempty"`
+	Object          string            `json:"object,omitempty" msgpack:"object,omitempty"`
+	Size            int64             `json:"size,omitempty" msgpack:"size,omitempty"`
+	SHA256          string            `json:"sha256,omitempty" msgpack:"sha256,omitempty"`
+	ContentType     string            `json:"content_type,omitempty" msgpack:"content_type,omitempty"`
 }
 
 // toWire makes the encoded form of e in the encoding ct names.
@@ -231,6 +260,7 @@ func (e *Event) toWire(ct string) (*eventWire, error) {
 		Time: e.Time.Format(time.RFC3339Nano), Metadata: e.Metadata,
 		Sandbox: e.Sandbox, ContainerID: e.ContainerID, Label: e.Label, Data: data,
 		Level: e.Level, Message: e.Message, Text: e.Text, Error: e.Error, Traceback: e.Traceback, Kind: e.Kind,
+		Hint: e.Hint, ExecutionCount: e.ExecutionCount, CPUMS: e.CPUMS, PeakMemoryBytes: e.PeakMemoryBytes,
 		FinalData: finalData, Path: e.Path, Bucket: e.Bucket, Object: e.Object, Size: e.Size,
 		SHA256: e.SHA256, ContentType: e.ContentType,
 	}
@@ -249,8 +279,12 @@ func (e *Event) toWire(ct string) (*eventWire, error) {
 
 // dataField makes the value of the data field name. In msgpack, raw JSON is
 // decoded here, not as it is written, so that raw null leaves the field out
-// as nil does; JSON writes it, null.
+// as nil does; JSON writes it, null. A NaN or an infinity, which JSON writes
+// null, is left out of JSON as nil is.
 func dataField(ct string, v any, name string) (value, error) {
+	if f, ok := v.(float64); ok && ct == ContentTypeJSON && !finite(f) {
+		v = nil // JSON writes it null, which is left out as nil is
+	}
 	if raw, ok := v.(json.RawMessage); ok && ct == ContentTypeMsgpack {
 		var err error
 		if v, err = decodeRawJSON(raw); err != nil {
@@ -274,6 +308,7 @@ func (w *eventWire) toEvent(e *Event) error {
 		Time: t, Metadata: orNil(w.Metadata),
 		Sandbox: w.Sandbox, ContainerID: w.ContainerID, Label: w.Label, Data: w.Data.v,
 		Level: w.Level, Message: w.Message, Text: w.Text, Error: w.Error, Traceback: w.Traceback, Kind: w.Kind,
+		Hint: w.Hint, ExecutionCount: w.ExecutionCount, CPUMS: w.CPUMS, PeakMemoryBytes: w.PeakMemoryBytes,
 		Success: deref(w.Success), DurationMS: deref(w.DurationMS), OutputBytes: deref(w.OutputBytes),
 		FinalData: w.FinalData.v, Path: w.Path, Bucket: w.Bucket, Object: w.Object, Size: w.Size,
 		SHA256: w.SHA256, ContentType: w.ContentType,

@@ -290,8 +290,6 @@ func TestEncodeEventRejectsWhatCannotBeDecoded(t *testing.T) {
 		edit    func(e *wire.Event)
 		wantMsg string
 	}{
-		{name: "NaN data", edit: func(e *wire.Event) { e.Data = math.NaN() }, wantMsg: "NaN is not a number JSON can carry"},
-		{name: "infinite data deep inside", edit: func(e *wire.Event) { e.FinalData = map[string]any{"x": []any{math.Inf(-1)}} }, wantMsg: "-Inf is not a number JSON can carry"},
 		{name: "invalid raw JSON", edit: func(e *wire.Event) { e.Data = json.RawMessage(`{"a":`) }, wantMsg: "raw JSON data"},
 		{name: "raw JSON with trailing data", edit: func(e *wire.Event) { e.Data = json.RawMessage(`1 2`) }, wantMsg: "raw JSON data"},
 		{name: "raw JSON with a number beyond float64", edit: func(e *wire.Event) { e.Data = json.RawMessage(`[1e400]`) }, wantMsg: `number "1e400" is too large for a float64`},
@@ -313,6 +311,68 @@ func TestEncodeEventRejectsWhatCannotBeDecoded(t *testing.T) {
 	}
 }
 
+func TestNonFiniteDataIsNullInJSONAndTheFloatInMsgpack(t *testing.T) {
+	e := event(wire.EventFinalResult, func(e *wire.Event) {
+		e.Data = []any{math.NaN(), math.Inf(1)}
+		e.FinalData = map[string]any{"x": []any{math.Inf(-1), 1.5}}
+	})
+	b, err := wire.EncodeEvent(wire.ContentTypeJSON, &e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"data":[null,null]`) || !strings.Contains(string(b), `"final_data":{"x":[null,1.5]}`) {
+		t.Errorf("JSON event %s, want NaN and infinities written null", b)
+	}
+	b, err = wire.EncodeEvent(wire.ContentTypeMsgpack, &e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := wire.DecodeEvent(wire.ContentTypeMsgpack, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := got.Data.([]any)
+	final, _ := got.FinalData.(map[string]any)
+	xs, _ := final["x"].([]any)
+	if len(data) != 2 || !isNaN(data[0]) || data[1] != math.Inf(1) || len(xs) != 2 || xs[0] != math.Inf(-1) || xs[1] != 1.5 {
+		t.Errorf("msgpack event decoded with data %v and final_data %v, want [NaN +Inf] and map[x:[-Inf 1.5]]", got.Data, got.FinalData)
+	}
+}
+
+func isNaN(v any) bool {
+	f, ok := v.(float64)
+	return ok && math.IsNaN(f)
+}
+
+func TestWithNonfinitePutsTheFloatsBackWhereTheHarnessSaysNullStandsForThem(t *testing.T) {
+	var places []wire.Nonfinite
+	if err := json.Unmarshal([]byte(`[[[], "nan"]]`), &places); err != nil {
+		t.Fatal(err)
+	}
+	v, err := wire.WithNonfinite(json.RawMessage(`null`), places)
+	if err != nil || !isNaN(v) {
+		t.Errorf("WithNonfinite(null, the top) = %v, %v; want NaN", v, err)
+	}
+	if err := json.Unmarshal([]byte(`[[["a", 1], "-inf"], [["a", 0], "inf"], [["b"], "nan"], [["a", 7], "nan"], [["c"], "nan"], [["a", 1], "bogus"]]`), &places); err != nil {
+		t.Fatal(err)
+	}
+	v, err = wire.WithNonfinite(json.RawMessage(`{"a": [null, null], "b": 2, "c": null}`), places)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := v.(map[string]any)
+	a, _ := m["a"].([]any)
+	// "b" holds 2, not null: a place that names something else is ignored, as is an
+	// index past the end; a place of an unknown value leaves the null.
+	if len(a) != 2 || a[0] != math.Inf(1) || a[1] != math.Inf(-1) || m["b"] != int64(2) || !isNaN(m["c"]) {
+		t.Errorf("WithNonfinite = %v, want map[a:[+Inf -Inf] b:2 c:NaN]", v)
+	}
+	raw := json.RawMessage(`[1]`)
+	if v, _ := wire.WithNonfinite(raw, nil); !reflect.DeepEqual(v, raw) {
+		t.Errorf("WithNonfinite without places = %v, want the raw JSON as it is", v)
+	}
+}
+
 func TestDecodeEventRejectsMalformedInput(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -330,8 +390,8 @@ func TestDecodeEventRejectsMalformedInput(t *testing.T) {
 			wantMsg: `field "time": "yesterday" is not an RFC 3339 time`},
 		{name: "a msgpack integer success", ct: wire.ContentTypeMsgpack, in: mustMsgpack(t, map[string]any{"success": 1}),
 			wantMsg: `field "success": want a boolean, got an integer`},
-		{name: "a msgpack NaN in the data", ct: wire.ContentTypeMsgpack, in: mustMsgpack(t, map[string]any{"data": []any{math.NaN()}}),
-			wantMsg: `field "data": [0]: NaN is not a number JSON can carry`},
+		{name: "a msgpack NaN as the duration", ct: wire.ContentTypeMsgpack, in: mustMsgpack(t, map[string]any{"cpu_ms": math.NaN()}),
+			wantMsg: `field "cpu_ms": NaN is not a number JSON can carry`},
 		{name: "a msgpack timestamp in the data", ct: wire.ContentTypeMsgpack, in: mustMsgpack(t, map[string]any{"data": map[string]any{"t": eventTime}}),
 			wantMsg: `field "data": ["t"]: got an extension type, which JSON cannot carry`},
 		{name: "a msgpack integer map key in the data", ct: wire.ContentTypeMsgpack, in: mustMsgpack(t, map[string]any{"data": map[int]string{1: "x"}}),

@@ -142,7 +142,7 @@ func fieldKinds(t reflect.Type) map[string]kind {
 // left (every element takes at least one byte); that arrays and maps nest at
 // most maxDepth deep; and that the map, of kind k, and its known fields hold
 // what their kinds allow, as strictly as encoding/json would: no integer
-// from a float, no string that is not UTF-8, no NaN. After it, the library
+// from a float, no string that is not UTF-8, no NaN but in data. After it, the library
 // allocates in proportion to len(b), whatever lengths b announces.
 //
 // An error in the structure of b wins over an error in the type of a field,
@@ -303,6 +303,8 @@ func check(k kind, f format, c byte, data []byte) error {
 		return fmt.Errorf("%d is too large for a signed 64-bit integer", uintOf(data))
 	case k == uintKind && f == fInt && intOf(c, data) < 0:
 		return fmt.Errorf("%d is negative, want a non-negative integer", intOf(c, data))
+	case f == fFloat && k == valueKind:
+		return nil // NaN and infinities are data (see Event.Data)
 	case f == fFloat:
 		x := math.Float64frombits(uintOf(data))
 		if c == msgpcode.Float {

@@ -51,7 +51,7 @@ func (x value) EncodeMsgpack(enc *msgpack.Encoder) error {
 }
 
 // DecodeMsgpack decodes a value that scan has checked: no extension types,
-// no map keys but strings, no NaN.
+// no map keys but strings.
 func (x *value) DecodeMsgpack(dec *msgpack.Decoder) error {
 	v, err := dec.DecodeInterfaceLoose()
 	if err != nil {
@@ -61,19 +61,31 @@ func (x *value) DecodeMsgpack(dec *msgpack.Decoder) error {
 	return err
 }
 
+// ValueJSON returns v, a value of [Event.Data], in JSON as an event carries
+// it: NaN and infinities null, floats with a fraction or an exponent, map keys
+// sorted, no HTML escaping.
+func ValueJSON(v any) ([]byte, error) {
+	var w valueWriter
+	if err := w.value(v, 0); err != nil {
+		return nil, err
+	}
+	return w.b, nil
+}
+
 // valueWriter writes a value of Event.Data in msgpack, to enc, or, when enc
-// is nil, in JSON, appended to b. It is ours because neither library checks
-// what JSON can carry (NaN, raw JSON that does not decode), and
-// encoding/json writes the float 1.0 as 1, which decodes as an integer (a
-// wrapper around each float made encoding 1.46 times slower). One walk
-// serves both encodings; Go values it does not know go to the library.
+// is nil, in JSON, appended to b. It is ours because neither library writes
+// what JSON cannot carry the way the contract says (NaN and infinities as
+// null in JSON, as floats in msgpack) nor checks raw JSON, and encoding/json
+// writes the float 1.0 as 1, which decodes as an integer (a wrapper around
+// each float made encoding 1.46 times slower). One walk serves both
+// encodings; Go values it does not know go to the library.
 type valueWriter struct {
 	enc *msgpack.Encoder
 	b   []byte
 }
 
-// value writes v with the keys of its maps sorted, checking what JSON can
-// carry: finite numbers, raw JSON that decodes, at most maxDepth nesting.
+// value writes v with the keys of its maps sorted, checking raw JSON and
+// nesting (at most maxDepth); a NaN or an infinity is null in JSON.
 // json.Number and json.RawMessage become the values they hold; in JSON raw
 // JSON is copied as it is (encoding/json compacts it).
 func (w *valueWriter) value(v any, depth int) error {
@@ -82,12 +94,12 @@ func (w *valueWriter) value(v any, depth int) error {
 	}
 	switch x := v.(type) {
 	case float64:
-		if err := checkFinite(x); err != nil {
-			return err
+		if w.enc == nil && !finite(x) {
+			return w.scalar(nil)
 		}
 	case float32:
-		if err := checkFinite(float64(x)); err != nil {
-			return err
+		if w.enc == nil && !finite(float64(x)) {
+			return w.scalar(nil)
 		}
 	case json.Number:
 		n, err := parseNumber(string(x))
@@ -251,10 +263,87 @@ func decodeRawJSON(raw json.RawMessage) (any, error) {
 var errTooDeep = fmt.Errorf("arrays and maps nest deeper than %d levels", maxDepth)
 
 func checkFinite(f float64) error {
-	if math.IsNaN(f) || math.IsInf(f, 0) {
+	if !finite(f) {
 		return fmt.Errorf("%v is not a number JSON can carry", f)
 	}
 	return nil
+}
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// Nonfinite is the place of a NaN or an infinity in a value whose JSON form
+// has null there: the harness sends a value's JSON form, and these beside it
+// (a harness event's "nonfinite": [[path, "nan"], ...]), so that the value
+// keeps its floats in msgpack. Path is the keys (strings) and indices
+// (numbers) from the value's top; Value is "nan", "inf" or "-inf".
+type Nonfinite struct {
+	Path  []any
+	Value string
+}
+
+// UnmarshalJSON reads a place as the harness writes it: [path, value].
+func (n *Nonfinite) UnmarshalJSON(b []byte) error {
+	var pair [2]json.RawMessage
+	if err := json.Unmarshal(b, &pair); err != nil {
+		return fmt.Errorf("a non-finite float's place: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(pair[0]))
+	dec.UseNumber()
+	if err := dec.Decode(&n.Path); err != nil {
+		return fmt.Errorf("a non-finite float's path: %w", err)
+	}
+	return json.Unmarshal(pair[1], &n.Value)
+}
+
+// WithNonfinite returns the values of Event.Data that raw, a JSON value,
+// holds, with the floats of places put back where raw has null. A place
+// that names nothing, or something other than null, or a value other than
+// "nan", "inf" and "-inf", is ignored: the harness is trusted to send
+// them, not to send them right. Without places it returns raw itself.
+func WithNonfinite(raw json.RawMessage, places []Nonfinite) (any, error) {
+	if len(places) == 0 {
+		return raw, nil
+	}
+	v, err := decodeRawJSON(raw)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range places {
+		switch p.Value {
+		case "nan":
+			v = putFloat(v, p.Path, math.NaN())
+		case "inf":
+			v = putFloat(v, p.Path, math.Inf(1))
+		case "-inf":
+			v = putFloat(v, p.Path, math.Inf(-1))
+		}
+	}
+	return v, nil
+}
+
+// putFloat returns v with f where path leads to a null.
+func putFloat(v any, path []any, f float64) any {
+	if len(path) == 0 {
+		if v == nil {
+			return f
+		}
+		return v
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		if k, ok := path[0].(string); ok {
+			if e, ok := x[k]; ok {
+				x[k] = putFloat(e, path[1:], f)
+			}
+		}
+	case []any:
+		if n, ok := path[0].(json.Number); ok {
+			if i, err := n.Int64(); err == nil && i >= 0 && i < int64(len(x)) {
+				x[i] = putFloat(x[i], path[1:], f)
+			}
+		}
+	}
+	return v
 }
 
 // normalize turns, in place, the numbers a decoder gives into those of

@@ -99,7 +99,13 @@ func (p *publisher) publish(ev *wire.Event) error {
 		ev.Success, ev.Error, ev.FinalData = false, p.lost, nil
 	}
 	data, err := wire.EncodeEvent(p.ct, ev)
-	if err != nil {
+	if err != nil && ev.Type == wire.EventScriptDone {
+		// An execution always ends with its script_done: one whose result cannot be
+		// encoded ends failed, saying why, without the result.
+		ev.Success, ev.FinalData = false, nil
+		ev.Error = fmt.Sprintf("the result could not be encoded: %v", err)
+		data, err = wire.EncodeEvent(p.ct, ev)
+	} else if err != nil {
 		ev = p.replace(ev, wire.EventError, fmt.Sprintf("the %s event could not be encoded: %v", ev.Type, err))
 		data, err = wire.EncodeEvent(p.ct, ev)
 	}
@@ -176,8 +182,8 @@ func (p *publisher) fit(ev *wire.Event, size int) (*wire.Event, []byte, error) {
 		ev.Kind = wire.KindOutputLimit
 	case wire.EventIntermediate:
 		ev = p.replace(ev, wire.EventLog, fmt.Sprintf("intermediate %q not sent: it is %s", ev.Label, why))
-	case wire.EventDisplay:
-		ev.Data = map[string]any{"text/plain": "[display not sent: it is " + why + "]"}
+	case wire.EventDisplay, wire.EventExecuteResult:
+		ev.Data = map[string]any{"text/plain": "[" + ev.Type + " not sent: it is " + why + "]"}
 	case wire.EventScriptDone:
 		ev.FinalData = nil // the final_result event carried it
 	}
@@ -293,17 +299,19 @@ func fromHarness(ev harness.Event) (*wire.Event, bool) {
 	out := &wire.Event{Type: ev.Type}
 	switch ev.Type {
 	case wire.EventIntermediate:
-		out.Label, out.Data = ev.Label, rawOrNil(ev.Data)
+		out.Label, out.Data = ev.Label, dataOf(ev.Data, ev.Nonfinite)
 	case wire.EventFinalResult:
-		out.Data = rawOrNil(ev.Data)
+		out.Data = dataOf(ev.Data, ev.Nonfinite)
 	case wire.EventLog:
 		out.Level, out.Message = ev.Level, ev.Message
 	case wire.EventStdout, wire.EventStderr:
 		out.Text = ev.Text
 	case wire.EventError:
-		out.Error, out.Traceback, out.Kind = ev.Error, ev.Traceback, ev.Kind
+		out.Error, out.Traceback, out.Kind, out.Hint = ev.Error, ev.Traceback, ev.Kind, ev.Hint
 	case wire.EventDisplay:
 		out.Data = rawOrNil(ev.Data) // the text forms; files.put adds the image
+	case wire.EventExecuteResult:
+		out.Data, out.ExecutionCount = rawOrNil(ev.Data), ev.ExecutionCount
 	case wire.EventArtifact: // files.put fills it in
 	default:
 		return nil, false
@@ -314,12 +322,14 @@ func fromHarness(ev harness.Event) (*wire.Event, bool) {
 // scriptDone is the event that ends an attempt that ran.
 func scriptDone(res *harness.Result) *wire.Event {
 	return &wire.Event{
-		Type:        wire.EventScriptDone,
-		Success:     res.Success,
-		DurationMS:  res.DurationMS,
-		OutputBytes: res.OutputBytes,
-		Error:       res.Error,
-		FinalData:   rawOrNil(res.FinalData),
+		Type:            wire.EventScriptDone,
+		Success:         res.Success,
+		DurationMS:      res.DurationMS,
+		OutputBytes:     res.OutputBytes,
+		Error:           res.Error,
+		FinalData:       dataOf(res.FinalData, res.FinalNonfinite),
+		CPUMS:           res.CPUMS,
+		PeakMemoryBytes: res.PeakMemoryBytes,
 	}
 }
 
@@ -328,6 +338,20 @@ func rawOrNil(b []byte) any {
 		return nil
 	}
 	return json.RawMessage(b)
+}
+
+// dataOf is the data of a harness event: its raw JSON, with the NaNs and infinities
+// its places name put back (raw JSON that does not decode stays raw, and fails to
+// encode as any such does: see publish).
+func dataOf(b []byte, places []wire.Nonfinite) any {
+	if b == nil || len(places) == 0 {
+		return rawOrNil(b)
+	}
+	v, err := wire.WithNonfinite(b, places)
+	if err != nil {
+		return json.RawMessage(b)
+	}
+	return v
 }
 
 // The delays between two tries to store an execution's events.

@@ -205,7 +205,8 @@ func (f *files) uploads(ctx context.Context, tenant string) (*objectSource, erro
 	return src, nil
 }
 
-// put stores the file of an artifact event, or the image of a display event, of
+// put stores the file of an artifact event, or the image of a display or an
+// execute_result event, of
 // attempt attempt of execution ref in its tenant's bucket, and fills ev with the
 // bucket, the object's name, size, SHA-256 and content type. Other events, and a
 // display without an image, have nothing to store. A tenant's bucket at its bound
@@ -225,7 +226,7 @@ func (f *files) put(ctx context.Context, ref execRef, attempt int, hev harness.E
 	}
 	key := ref.key()
 	name := wire.ArtifactObject(key, attempt, hev.Path)
-	if hev.Type == wire.EventDisplay {
+	if hev.Type != wire.EventArtifact {
 		name = wire.ObjectPrefix(key, attempt) + hev.Path // display/<n>.<ext>, named by the harness
 	}
 	body := hev.Blob

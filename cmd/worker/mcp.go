@@ -50,6 +50,7 @@ func mcpCommand(ctx context.Context, args []string, getenv func(string) string, 
 	tokenFile := fs.String("token-file", "", "with --http, a file holding a secret (16 bytes or more) that every request must carry as `Authorization: Bearer <secret>`; needed unless ADDR is on loopback")
 	sandbox := fs.String("sandbox", "default", "the sandbox of a call that names none")
 	timeout := fs.Duration("timeout", defaultMCPTimeout, "a call's timeout when it sets none, and the most it may ask for")
+	stateless := fs.Bool("stateless", false, "run each call in a fresh process, not in the conversation's session of its sandbox (open_session still opens one)")
 	logLevel := fs.String("log-level", "warn", "log level on stderr: debug, info, warn or error")
 	auth := addNATSAuthFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
@@ -84,7 +85,7 @@ func mcpCommand(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return &exitError{code: 3, err: err}
 	}
-	s := newMCPServer(c, *sandbox, *timeout, log)
+	s := newMCPServer(c, *sandbox, *timeout, *stateless, log)
 	defer s.convs.closeAll()
 	if *httpAddr == "" {
 		return s.serveStdio(ctx, stdin, stdout)

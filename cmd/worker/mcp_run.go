@@ -18,11 +18,11 @@ import (
 
 // runInput is what run_python takes.
 type runInput struct {
-	Script     string      `json:"script" jsonschema:"the Python 3 source to run; emit_result(data) gives the call's result"`
+	Script     string      `json:"script" jsonschema:"the Python 3 source to run, as a notebook cell: the value of its last line, when that is an expression, is shown as Out and is the call's result (or emit_result(data))"`
 	Sandbox    string      `json:"sandbox,omitempty" jsonschema:"the sandbox to run in (list_sandboxes); the server's default when left out; ignored with session_id"`
 	TimeoutSec float64     `json:"timeout_sec,omitempty" jsonschema:"seconds the script may run; the server's timeout when left out, and at most that"`
 	Files      []inputFile `json:"files,omitempty" jsonschema:"files written into the workspace (the working directory) before the script runs"`
-	SessionID  string      `json:"session_id,omitempty" jsonschema:"run in this session of the conversation (open_session), which keeps its state between calls"`
+	SessionID  string      `json:"session_id,omitempty" jsonschema:"run in this session of the conversation (open_session); by default a call runs in the conversation's session of its sandbox"`
 }
 
 // inputFile is one of run_python's files.
@@ -35,20 +35,34 @@ type inputFile struct {
 // runOutput is what run_python returns as structured content; its text content says
 // the same for a model.
 type runOutput struct {
-	ExecutionID   string         `json:"execution_id" jsonschema:"the execution's id on the fleet"`
-	Success       bool           `json:"success" jsonschema:"the script ran to its end without an error"`
-	Result        any            `json:"result,omitempty" jsonschema:"what the script gave emit_result"`
-	Stdout        string         `json:"stdout,omitempty"`
-	Stderr        string         `json:"stderr,omitempty"`
-	ErrorKind     string         `json:"error_kind,omitempty" jsonschema:"script, timeout, output_limit, crashed, oom, cancelled, session_lost..."`
-	Error         string         `json:"error,omitempty"`
-	Traceback     string         `json:"traceback,omitempty"`
+	ExecutionID    string            `json:"execution_id" jsonschema:"the execution's id on the fleet"`
+	Success        bool              `json:"success" jsonschema:"the script ran to its end without an error"`
+	Out            map[string]string `json:"out,omitempty" jsonschema:"the value of the script's last line, when that is an expression, as IPython shows it: its text forms by MIME type (text/plain, text/html...)"`
+	ExecutionCount int               `json:"execution_count,omitempty" jsonschema:"the number of Out, the call's among its session's"`
+	Result         any               `json:"result,omitempty" jsonschema:"the call's result as JSON: what the script gave emit_result, or else the JSON form of Out's value"`
+	Stdout         string            `json:"stdout,omitempty" jsonschema:"what the script printed; a long output is cut to its head and tail (see cut)"`
+	Stderr         string            `json:"stderr,omitempty"`
+	ErrorKind      string            `json:"error_kind,omitempty" jsonschema:"script, timeout, output_limit, crashed, oom, cancelled, session_lost..."`
+	Error          string            `json:"error,omitempty"`
+	Traceback      string            `json:"traceback,omitempty"`
+	Hint           string            `json:"hint,omitempty" jsonschema:"what the error means in this sandbox, and what to do instead"`
+	Cut            []cutOut          `json:"cut,omitempty" jsonschema:"the texts cut to their head and tail, with what was left out and where the whole is"`
+	CPUMS          float64           `json:"cpu_ms,omitempty" jsonschema:"CPU time the execution used, in milliseconds"`
+	PeakMemory     int64             `json:"peak_memory_bytes,omitempty" jsonschema:"the peak resident memory of the script's process"`
+	Note           string            `json:"note,omitempty" jsonschema:"what the server did with the conversation's session for this call"`
 	Intermediates []intermediate `json:"intermediates,omitempty"`
 	Logs          []logLine      `json:"logs,omitempty"`
 	Displays      []displayOut   `json:"displays,omitempty" jsonschema:"what the script displayed; images come as image content"`
 	Artifacts     []fileOut      `json:"artifacts,omitempty" jsonschema:"the files the script left in out/; small ones come as embedded resources"`
 	DurationMS    int64          `json:"duration_ms"`
 	SessionID     string         `json:"session_id,omitempty"`
+}
+
+// cutOut is a text of the call's output cut to its head and tail (see headTail).
+type cutOut struct {
+	Field string `json:"field" jsonschema:"stdout, stderr or traceback"`
+	leftOut
+	URI string `json:"uri,omitempty" jsonschema:"the whole text, a resource of this server (resources/read)"`
 }
 
 // intermediate is what a script gave emit_intermediate.
@@ -81,21 +95,57 @@ type fileOut struct {
 
 // runPython runs a script on the fleet and returns its outcome. Its events are sent
 // as progress notifications while it runs, when the request has a progress token; a
-// cancel from the client (ctx) cancels the execution.
+// cancel from the client (ctx) cancels the execution. Unless the server is
+// --stateless or the call names a session, it runs in the conversation's session of
+// its sandbox, which its first call opens.
 func (s *mcpServer) runPython(ctx context.Context, req *mcp.CallToolRequest, in runInput) (*mcp.CallToolResult, runOutput, error) {
 	job, sess, err := s.job(ctx, req, in)
 	if err != nil {
 		return nil, runOutput{}, err
 	}
 	defer s.removeUploads(ctx, job.Files)
+	res, err := s.execute(ctx, req, job, sess)
+	if err != nil {
+		return nil, runOutput{}, err
+	}
+	var note string
+	if sess != nil {
+		switch res.ErrorKind {
+		case wire.KindSessionLimit:
+			if in.SessionID == "" {
+				// No worker could open the conversation's session, and the script did
+				// not run: it runs on its own, and the next call tries a session again.
+				s.convs.forget(req.Session, sess)
+				note = "this call ran on its own, in a fresh process: every worker is at its limit of sessions, so the conversation's state is not kept for now"
+				if res, err = s.execute(ctx, req, job, nil); err != nil {
+					return nil, runOutput{}, err
+				}
+				sess = nil
+			}
+		case wire.KindSessionLost:
+			s.convs.forget(req.Session, sess)
+			note = "the session was lost, and with it the variables, imports and files of earlier calls; this call did not run. The next call starts a new session."
+		}
+	}
+	out := outputOf(res)
+	out.Note = note
+	if sess != nil {
+		out.SessionID = sess.ID
+	}
+	return s.content(ctx, req.Session, res, &out), out, nil
+}
+
+// execute submits job, alone or as a call of sess, and follows it to its end.
+func (s *mcpServer) execute(ctx context.Context, req *mcp.CallToolRequest, job wire.Job, sess *client.Session) (*client.Result, error) {
 	var exe *client.Execution
+	var err error
 	if sess != nil {
 		exe, err = sess.Submit(ctx, job)
 	} else {
 		exe, err = s.c.Submit(ctx, job)
 	}
 	if err != nil {
-		return nil, runOutput{}, err
+		return nil, err
 	}
 	defer exe.Close()
 	p := &progress{ss: req.Session, token: req.Params.GetProgressToken()}
@@ -106,20 +156,13 @@ func (s *mcpServer) runPython(ctx context.Context, req *mcp.CallToolRequest, in 
 		if cerr := exe.Cancel(cctx); cerr != nil {
 			s.log.Warn("cancel an execution the MCP client cancelled", "execution_id", exe.ID, "err", cerr)
 		}
-		return nil, runOutput{}, fmt.Errorf("execution %s cancelled: %w", exe.ID, ctx.Err())
+		return nil, fmt.Errorf("execution %s cancelled: %w", exe.ID, ctx.Err())
 	}
-	if err != nil {
-		return nil, runOutput{}, err
-	}
-	if sess != nil && res.ErrorKind == wire.KindSessionLost {
-		s.convs.forget(req.Session, sess) // open_session opens a new one
-	}
-	out := outputOf(res)
-	out.SessionID = in.SessionID
-	return s.content(ctx, res, &out), out, nil
+	return res, err
 }
 
-// job makes the job of a run_python call, and finds its session, if it names one.
+// job makes the job of a run_python call, and finds its session: the one it names,
+// or the conversation's of its sandbox (none when the server is --stateless).
 func (s *mcpServer) job(ctx context.Context, req *mcp.CallToolRequest, in runInput) (wire.Job, *client.Session, error) {
 	job := wire.Job{Script: in.Script, Mode: wire.ModeInteractive, Sandbox: in.Sandbox, TimeoutSec: s.timeout.Seconds()}
 	if in.TimeoutSec < 0 {
@@ -132,12 +175,20 @@ func (s *mcpServer) job(ctx context.Context, req *mcp.CallToolRequest, in runInp
 		job.Sandbox = s.sandbox
 	}
 	var sess *client.Session
-	if in.SessionID != "" {
-		var err error
+	var err error
+	switch {
+	case in.SessionID != "":
 		if sess, err = s.convs.lookup(req.Session, in.SessionID); err != nil {
 			return job, nil, err
 		}
 		job.Sandbox = sess.Sandbox
+	case !s.stateless && req.Session != nil:
+		if err := wire.ValidateID("sandbox", job.Sandbox); err != nil {
+			return job, nil, err
+		}
+		if sess, err = s.convs.session(req.Session, job.Sandbox); err != nil {
+			return job, nil, err
+		}
 	}
 	var uploads []upload
 	for _, f := range in.Files {
@@ -264,7 +315,7 @@ func progressMessage(ev *wire.Event) string {
 	case wire.EventStdout, wire.EventStderr:
 		return ev.Type + ": " + short(strings.TrimRight(ev.Text, "\n"), n)
 	case wire.EventIntermediate:
-		return "intermediate " + ev.Label + ": " + short(jsonText(ev.Data), n)
+		return "intermediate " + ev.Label + ": " + short(valueText(ev.Data), n)
 	case wire.EventLog:
 		return "log " + ev.Level + ": " + short(ev.Message, n)
 	case wire.EventDisplay:
@@ -290,24 +341,19 @@ func short(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// jsonText is v in JSON, or as Go prints it when it has no JSON form.
-func jsonText(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(b)
-}
-
-// outputOf is the structured output of a result, before its files are fetched.
+// outputOf is the structured output of a result, before its files are fetched and
+// its long texts cut.
 func outputOf(res *client.Result) runOutput {
-	out := runOutput{ExecutionID: res.ExecutionID, Success: res.Success, Result: res.FinalData, Stdout: res.Stdout, Stderr: res.Stderr,
-		DurationMS: res.DurationMS}
+	out := runOutput{ExecutionID: res.ExecutionID, Success: res.Success, Result: jsonValue(res.FinalData), Stdout: res.Stdout, Stderr: res.Stderr,
+		DurationMS: res.DurationMS, CPUMS: res.CPUMS, PeakMemory: res.PeakMemoryBytes}
+	if res.Value != nil {
+		out.Out, out.ExecutionCount = res.Value.Data, res.ExecutionCount
+	}
 	if !res.Success {
-		out.ErrorKind, out.Error, out.Traceback = res.ErrorKind, res.Error, res.Traceback
+		out.ErrorKind, out.Error, out.Traceback, out.Hint = res.ErrorKind, res.Error, res.Traceback, res.Hint
 	}
 	for _, i := range res.Intermediates {
-		out.Intermediates = append(out.Intermediates, intermediate{Label: i.Label, Data: i.Data})
+		out.Intermediates = append(out.Intermediates, intermediate{Label: i.Label, Data: jsonValue(i.Data)})
 	}
 	for _, l := range res.Logs {
 		out.Logs = append(out.Logs, logLine{Level: l.Level, Message: l.Message})
@@ -317,6 +363,20 @@ func outputOf(res *client.Result) runOutput {
 	}
 	for i := range res.Artifacts {
 		out.Artifacts = append(out.Artifacts, *fileOf(&res.Artifacts[i]))
+	}
+	return out
+}
+
+// jsonValue is v, a value of wire.Event.Data, as encoding/json may write it in a
+// structured output: NaN and infinities, which it refuses, made null.
+func jsonValue(v any) any {
+	raw := valueRaw(v)
+	if raw == nil {
+		return nil
+	}
+	var out any
+	if json.Unmarshal(raw, &out) != nil {
+		return nil
 	}
 	return out
 }

@@ -26,10 +26,11 @@ type conversations struct {
 	ends   sync.WaitGroup // the goroutines that wait for a conversation's end
 }
 
-// conversation is one conversation's sessions.
+// conversation is one conversation's sessions, and the files it was named.
 type conversation struct {
-	mu        sync.Mutex                 // guards sessions, and is held while one opens
+	mu        sync.Mutex                 // guards sessions and files, and is held while a session opens
 	sessions  map[string]*client.Session // by sandbox
+	files     map[string]client.Artifact // by object: what resources/read may read (see readable)
 	ended     bool
 	mcpClosed func() error // closes the MCP session
 }
@@ -50,7 +51,7 @@ func (cs *conversations) conv(ss *mcp.ServerSession) (*conversation, error) {
 	}
 	cv := cs.byConv[ss]
 	if cv == nil {
-		cv = &conversation{sessions: map[string]*client.Session{}, mcpClosed: ss.Close}
+		cv = &conversation{sessions: map[string]*client.Session{}, files: map[string]client.Artifact{}, mcpClosed: ss.Close}
 		cs.byConv[ss] = cv
 		cs.ends.Add(1)
 		go func() {
@@ -87,6 +88,63 @@ func (cs *conversations) open(ctx context.Context, ss *mcp.ServerSession, sandbo
 	}
 	cv.sessions[sandbox] = sess
 	return sess, nil
+}
+
+// session returns the conversation's session of sandbox, a new one (opened by its
+// first call) if it has none: where run_python runs by default.
+func (cs *conversations) session(ss *mcp.ServerSession, sandbox string) (*client.Session, error) {
+	cv, err := cs.conv(ss)
+	if err != nil {
+		return nil, err
+	}
+	cv.mu.Lock()
+	defer cv.mu.Unlock()
+	if cv.ended {
+		return nil, errors.New("the conversation has ended")
+	}
+	sess := cv.sessions[sandbox]
+	if sess == nil {
+		sess = cs.c.NewSession(sandbox)
+		cv.sessions[sandbox] = sess
+	}
+	return sess, nil
+}
+
+// maxReadable bounds the files a conversation may read back; past it, one is
+// forgotten for each new one (they expire with the files bucket anyway, in an hour).
+const maxReadable = 1024
+
+// readable lets the conversation of ss read a's object as a resource (a file too
+// large to include, the whole of a cut output): it may read what it was named, and
+// nothing else of the bucket.
+func (cs *conversations) readable(ss *mcp.ServerSession, a *client.Artifact) {
+	cv, err := cs.conv(ss)
+	if err != nil {
+		return
+	}
+	cv.mu.Lock()
+	defer cv.mu.Unlock()
+	if len(cv.files) >= maxReadable {
+		for k := range cv.files { // any one: a map keeps no order, and every entry expires
+			delete(cv.files, k)
+			break
+		}
+	}
+	cv.files[a.Object] = *a
+}
+
+// file returns the file of object, if the conversation of ss was named it.
+func (cs *conversations) file(ss *mcp.ServerSession, object string) (client.Artifact, bool) {
+	cs.mu.Lock()
+	cv := cs.byConv[ss]
+	cs.mu.Unlock()
+	if cv == nil {
+		return client.Artifact{}, false
+	}
+	cv.mu.Lock()
+	defer cv.mu.Unlock()
+	a, ok := cv.files[object]
+	return a, ok
 }
 
 // lookup returns the session of the conversation with the id.

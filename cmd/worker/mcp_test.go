@@ -277,7 +277,7 @@ func testRunResult(t *testing.T, c *mcpConn) {
 		t.Fatalf("an error result: %s", textOf(res))
 	}
 	out := structured[runOutput](t, res)
-	if !out.Success || jsonText(out.Result) != `{"raw":3,"words":3}` || out.Stdout != "hello from the sandbox\n" || out.ExecutionID == "" {
+	if !out.Success || valueText(out.Result) != `{"raw":3,"words":3}` || out.Stdout != "hello from the sandbox\n" || out.ExecutionID == "" {
 		t.Errorf("structured output %+v", out)
 	}
 	for _, want := range []string{`result: {"raw":3,"words":3}`, "stdout:\nhello from the sandbox", "success"} {

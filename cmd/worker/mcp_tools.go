@@ -15,27 +15,36 @@ import (
 
 // mcpServer is `worker mcp`: the MCP server and what its tools share.
 type mcpServer struct {
-	server  *mcp.Server
-	c       *client.Client
-	sandbox string        // of a call that names none
-	timeout time.Duration // of a call that sets none, and the most one may ask for
-	convs   *conversations
-	log     *slog.Logger
+	server    *mcp.Server
+	c         *client.Client
+	sandbox   string        // of a call that names none
+	timeout   time.Duration // of a call that sets none, and the most one may ask for
+	stateless bool          // each call in a fresh process, not in the conversation's session
+	convs     *conversations
+	log       *slog.Logger
 }
 
-// newMCPServer makes the server and adds its tools.
-func newMCPServer(c *client.Client, sandbox string, timeout time.Duration, log *slog.Logger) *mcpServer {
-	s := &mcpServer{c: c, sandbox: sandbox, timeout: timeout, convs: newConversations(c, log), log: log}
+// newMCPServer makes the server and adds its tools, and the resources of the files its
+// results name.
+func newMCPServer(c *client.Client, sandbox string, timeout time.Duration, stateless bool, log *slog.Logger) *mcpServer {
+	s := &mcpServer{c: c, sandbox: sandbox, timeout: timeout, stateless: stateless, convs: newConversations(c, log), log: log}
 	s.server = mcp.NewServer(&mcp.Implementation{Name: "jazzmine-worker", Title: "jazzmine Python sandboxes", Version: version},
 		&mcp.ServerOptions{Instructions: s.instructions(), Logger: log, Capabilities: &mcp.ServerCapabilities{}})
+	state := "It runs in this conversation's session of the sandbox, opened by its first call: variables, imports and files stay from one call to the next, " +
+		"as in a notebook, until close_session, the end of the conversation, or 10 minutes idle."
+	if stateless {
+		state = "Each call starts from nothing (a fresh process, an empty workspace) unless it names a session_id from open_session."
+	}
 	mcp.AddTool(s.server, &mcp.Tool{
 		Name: "run_python",
-		Description: fmt.Sprintf("Runs a Python 3 script in an isolated sandbox and returns its result (emit_result), what it printed, "+
-			"its error with the traceback, the images it displayed and the files it left in out/. Sandbox %q unless one is named; "+
-			"timeout %v unless a shorter timeout_sec is given. With session_id (from open_session) it runs in that session, "+
-			"whose globals, imports and files stay from one call to the next.", s.sandbox, s.timeout),
+		Description: fmt.Sprintf("Runs Python 3 code in an isolated sandbox, as a notebook cell: returns what it printed, the value of its last line "+
+			"when that is an expression (Out), its error with the traceback, the images it displayed and the files it left in out/. %s "+
+			"Sandbox %q unless one is named; timeout %v unless a shorter timeout_sec is given.", state, s.sandbox, s.timeout),
 		Annotations: &mcp.ToolAnnotations{OpenWorldHint: ptr(false)},
 	}, s.runPython)
+	s.server.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "jazzmine-files:///{+object}", Name: "files",
+		Description: "A file a run_python result named: the whole of a long output, an artifact or image too large to include.", MIMEType: "application/octet-stream"},
+		s.readFile)
 	mcp.AddTool(s.server, &mcp.Tool{
 		Name:        "list_sandboxes",
 		Description: "Lists the sandboxes run_python may use: for each, its tools (functions scripts call as plain globals) with their signatures and docstrings, its Python version, packages, limits and network access.",
@@ -43,13 +52,13 @@ func newMCPServer(c *client.Client, sandbox string, timeout time.Duration, log *
 	}, s.listSandboxes)
 	mcp.AddTool(s.server, &mcp.Tool{
 		Name: "open_session",
-		Description: "Opens a session of a sandbox for this conversation, or returns the one already open: run_python calls with its session_id run one at a time " +
+		Description: "Opens this conversation's session of a sandbox, or returns the one already open (the one run_python uses by default): its calls run one at a time " +
 			"in one Python process that keeps its state. It ends with close_session, when this conversation ends, or when idle for the fleet's idle time (10 minutes by default); " +
-			"a call after that fails with session_lost, and open_session opens a new one.",
+			"a call after that says the session was lost, and the next call opens a new one.",
 	}, s.openSession)
 	mcp.AddTool(s.server, &mcp.Tool{
 		Name:        "close_session",
-		Description: "Closes a session open_session opened in this conversation: its process and files are gone.",
+		Description: "Closes a session of this conversation: its process, variables and files are gone; the next run_python in its sandbox starts a new one.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true},
 	}, s.closeSession)
 	return s
@@ -59,12 +68,16 @@ func ptr[T any](v T) *T { return &v }
 
 // instructions tell a model what the sandbox is, in the server's initialize answer.
 func (s *mcpServer) instructions() string {
+	state := "Calls of this conversation in one sandbox share a session, as the cells of a notebook share a kernel: variables, imports and files in /workspace stay from one call to the next, until close_session, the end of the conversation, or 10 minutes idle (a result then says the session was lost, and the next call starts a new one)."
+	if s.stateless {
+		state = "Each call starts from nothing: a fresh process, an empty /workspace (the working directory) and /tmp. To keep state between calls, open_session, then pass its session_id to run_python."
+	}
 	return fmt.Sprintf(`Runs Python 3 in isolated sandboxes (hardened containers of a jazzmine fleet).
-- run_python runs a script and returns what it did. Each call starts from nothing: a fresh process, an empty /workspace (the working directory) and /tmp. To keep state between calls, open_session, then pass its session_id to run_python.
-- In a script: emit_result(data) gives the call's result (JSON values); emit_intermediate(label, data) and emit_log(message, level="info") report progress; display(obj) shows an object as Jupyter would (a matplotlib figure, plt.show() or left open, comes back as an image); print() output comes back too.
+- run_python runs code as a notebook cell and returns what it did: what it printed, and the value of its last line when that is an expression (Out[n], as IPython shows it). %s
+- In a script: print() and a last expression are usually all you need; emit_result(data) sets the call's result explicitly; emit_intermediate(label, data) and emit_log(message, level="info") report progress; display(obj) shows an object as Jupyter would (a matplotlib figure, plt.show() or left open, comes back as an image). Long output is cut to its head and tail; the whole is a resource the result names.
 - The sandbox's tools are plain functions already in the script's globals: list_sandboxes gives their signatures and docstrings.
 - Input files (run_python's files) are written into /workspace before the script runs; files the script leaves in /workspace/out come back.
-- No network unless the sandbox lists allowed hosts (list_sandboxes); the root filesystem is read-only; memory, CPU and time are limited (default sandbox %q, timeout %v).`, s.sandbox, s.timeout)
+- No network unless the sandbox lists allowed hosts (list_sandboxes), and no pip: the packages are the sandbox's (list_sandboxes). The root filesystem is read-only; memory, CPU and time are limited (default sandbox %q, timeout %v).`, state, s.sandbox, s.timeout)
 }
 
 // sandboxesOutput is what list_sandboxes returns.

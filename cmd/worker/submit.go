@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,7 +32,7 @@ func submit(ctx context.Context, args []string, getenv func(string) string, stdi
 	sandbox := fs.String("sandbox", "default", "the sandbox to run in")
 	code := fs.String("e", "", "the script itself, instead of a file")
 	id := fs.String("id", "", "execution id (default: a new one)")
-	mode := fs.String("mode", "plan", "plan (success needs emit_result) or interactive")
+	mode := fs.String("mode", wire.ModeInteractive, "interactive (a notebook cell: printing is enough) or plan (success needs a result: a last expression or emit_result)")
 	timeout := fs.Float64("timeout", 0, "script timeout in seconds (default: the worker's, 30)")
 	encoding := fs.String("encoding", "msgpack", "job encoding: msgpack or json")
 	asJSON := fs.Bool("json", false, "print each event as a JSON line instead of text")
@@ -162,7 +161,7 @@ func submitAndFollow(ctx context.Context, url string, natsOpts []nats.Option, ct
 	if !asJSON {
 		fmt.Fprintf(stdout, "submitted %s to sandbox %s\n", exe.ID, job.Sandbox)
 	}
-	p := printer{w: stdout, json: asJSON}
+	p := &printer{w: stdout, json: asJSON}
 	events := exe.Events()
 	for {
 		select {
@@ -212,35 +211,30 @@ func readScript(code string, args []string, stdin io.Reader) (string, error) {
 	}
 }
 
-// printer shows events as text for a person, or as JSON lines.
+// printer shows events as text for a person, or as JSON lines. For a person, the
+// execution's printed output is cut to its head and tail (see headTail): its first
+// cutLines lines (at most cutBytes) as they come, then what the last cutLines hold,
+// shown at the end after a line saying what was left out; --json prints it all.
 type printer struct {
 	w    io.Writer
 	json bool
+
+	shown   int       // bytes of output printed as it came
+	lines   int       // lines of output printed as it came
+	held    []heldOut // the latest output past the head, printed at the end
+	heldLen int       // their bytes
+	left    leftOut   // output past the head no longer held
 }
 
-func (p printer) print(ev *wire.Event) {
+// heldOut is a piece of output held back for the tail: its label and text.
+type heldOut struct{ label, text string }
+
+func (p *printer) print(ev *wire.Event) {
 	if p.json {
-		b, err := json.Marshal(ev)
-		if err == nil {
+		if b, err := wire.EncodeEvent(wire.ContentTypeJSON, ev); err == nil {
 			fmt.Fprintln(p.w, string(b))
 		}
 		return
-	}
-	data := func(v any) string {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return fmt.Sprint(v)
-		}
-		return string(b)
-	}
-	line := func(label, text string) {
-		text = strings.TrimRight(text, "\n")
-		for i, l := range strings.Split(text, "\n") {
-			if i > 0 {
-				label = ""
-			}
-			fmt.Fprintf(p.w, "  %-13s %s\n", label, l)
-		}
 	}
 	attempt := ""
 	if ev.Attempt > 1 {
@@ -248,37 +242,119 @@ func (p printer) print(ev *wire.Event) {
 	}
 	switch ev.Type {
 	case wire.EventStarted:
-		line("started", fmt.Sprintf("container %s on worker %s%s", ev.ContainerID, ev.WorkerID, attempt))
+		p.line("started", fmt.Sprintf("container %s on worker %s%s", ev.ContainerID, ev.WorkerID, attempt))
 	case wire.EventStdout, wire.EventStderr:
-		line(ev.Type, ev.Text)
+		p.output(ev.Type, ev.Text)
 	case wire.EventIntermediate:
-		line("intermediate", ev.Label+" "+data(ev.Data))
+		p.line("intermediate", ev.Label+" "+valueText(ev.Data))
 	case wire.EventLog:
-		line("log", ev.Level+": "+ev.Message)
+		p.line("log", ev.Level+": "+ev.Message)
 	case wire.EventFinalResult:
-		line("result", data(ev.Data))
+		p.line("result", valueText(ev.Data))
+	case wire.EventExecuteResult:
+		var b strings.Builder
+		outPrompt(&b, ev.ExecutionCount, formText(ev.Data))
+		p.line("", strings.TrimRight(b.String(), "\n"))
+		if ev.Object != "" {
+			p.line("", fmt.Sprintf("image %s (%d bytes, %s)", ev.Path, ev.Size, ev.ContentType))
+		}
 	case wire.EventError:
-		line("error", ev.Kind+": "+ev.Error)
+		p.line("error", ev.Kind+": "+ev.Error)
 		if ev.Traceback != "" {
-			line("", ev.Traceback)
+			tb, _ := headTail(ev.Traceback)
+			p.line("", tb)
+		}
+		if ev.Hint != "" {
+			p.line("hint", ev.Hint)
 		}
 	case wire.EventArtifact:
-		line("artifact", fmt.Sprintf("%s (%d bytes, %s, sha256 %.12s)", ev.Path, ev.Size, ev.ContentType, ev.SHA256))
+		p.line("artifact", fmt.Sprintf("%s (%d bytes, %s, sha256 %.12s)", ev.Path, ev.Size, ev.ContentType, ev.SHA256))
 	case wire.EventDisplay:
-		forms, _ := ev.Data.(map[string]any)
-		if text, ok := forms["text/plain"].(string); ok {
-			line("display", text)
-		}
+		p.line("display", formText(ev.Data))
 		if ev.Object != "" {
-			line("", fmt.Sprintf("image %s (%d bytes, %s)", ev.Path, ev.Size, ev.ContentType))
+			p.line("", fmt.Sprintf("image %s (%d bytes, %s)", ev.Path, ev.Size, ev.ContentType))
 		}
 	case wire.EventScriptDone:
+		p.flushTail()
+		usage := usageLine(ev.CPUMS, ev.PeakMemoryBytes)
+		if usage != "" {
+			usage = "; " + usage
+		}
 		if ev.Success {
-			fmt.Fprintf(p.w, "done: success in %d ms (%d bytes of output)%s\n", ev.DurationMS, ev.OutputBytes, attempt)
+			fmt.Fprintf(p.w, "done: success in %d ms%s (%d bytes of output)%s\n", ev.DurationMS, usage, ev.OutputBytes, attempt)
 		} else {
-			fmt.Fprintf(p.w, "done: failed in %d ms: %s%s\n", ev.DurationMS, ev.Error, attempt)
+			fmt.Fprintf(p.w, "done: failed in %d ms%s: %s%s\n", ev.DurationMS, usage, ev.Error, attempt)
 		}
 	default:
-		line(ev.Type, data(ev))
+		p.line(ev.Type, valueText(ev))
 	}
+}
+
+// formText is the text/plain of a display's or an execute_result's data.
+func formText(data any) string {
+	forms, _ := data.(map[string]any)
+	text, _ := forms["text/plain"].(string)
+	return text
+}
+
+// line prints text under label, the label on its first line only.
+func (p *printer) line(label, text string) {
+	text = strings.TrimRight(text, "\n")
+	for i, l := range strings.Split(text, "\n") {
+		if i > 0 {
+			label = ""
+		}
+		fmt.Fprintf(p.w, "  %-13s %s\n", label, l)
+	}
+}
+
+// output prints a piece of the script's output while the head lasts, and holds the
+// rest for the tail, letting go of the oldest held pieces past cutLines and cutBytes.
+func (p *printer) output(label, text string) {
+	if p.held == nil && p.lines < cutLines && p.shown < cutBytes {
+		head := linesFromStart(text, cutLines-p.lines, cutBytes-p.shown)
+		p.line(label, head)
+		p.shown += len(head)
+		p.lines += strings.Count(head, "\n")
+		text = text[len(head):]
+		if text == "" {
+			return
+		}
+	}
+	p.held = append(p.held, heldOut{label, text})
+	p.heldLen += len(text)
+	for len(p.held) > 1 && (p.heldLen > cutBytes || p.heldLines() > cutLines) {
+		p.drop(p.held[0].text)
+		p.held = p.held[1:]
+	}
+	if len(p.held) == 1 && (p.heldLen > cutBytes || p.heldLines() > cutLines) {
+		keep := linesFromEnd(p.held[0].text, cutLines, cutBytes)
+		p.drop(p.held[0].text[:len(p.held[0].text)-len(keep)])
+		p.held[0].text = keep
+	}
+}
+
+func (p *printer) drop(text string) {
+	p.heldLen -= len(text)
+	p.left.Bytes += len(text)
+	p.left.Lines += strings.Count(text, "\n")
+}
+
+func (p *printer) heldLines() int {
+	n := 0
+	for _, h := range p.held {
+		n += strings.Count(h.text, "\n")
+	}
+	return n
+}
+
+// flushTail prints what was left out of the output, if anything, and the held tail.
+func (p *printer) flushTail() {
+	if p.left.Bytes > 0 {
+		fmt.Fprintf(p.w, "  %-13s %s (worker submit --json shows the whole)\n", "", p.left.marker())
+	}
+	for _, h := range p.held {
+		p.line(h.label, h.text)
+	}
+	p.held, p.heldLen, p.left = nil, 0, leftOut{}
 }

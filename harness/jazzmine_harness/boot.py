@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from . import config, system
+from . import config, hints, system
 from . import protocol as p
 from .child import warm_up
 from .tools import load_tools, preload
@@ -49,6 +49,8 @@ def prepare():
     # datascience image's default) too; any other backend set is the sandbox's own.
     if os.environ.get("MPLBACKEND", "").lower() in ("", "agg"):
         os.environ["MPLBACKEND"] = config.MPLBACKEND
+    if config.IN_CONTAINER and not os.environ.get("JAZZMINE_EGRESS_SOCKET"):
+        hints.install_network_hints()  # no network: its errors say so (see hints)
     preload_errors = preload(config.PRELOAD)
     tools, tool_errors = load_tools(config.TOOLS_DIR)
     warm_up(tools)

@@ -3,17 +3,26 @@ events to the parent on a pipe of its own (the parent relays them: see run.Run).
 session's child runs its calls one after another in one namespace (see
 _serve_session)."""
 
+import ast
 import io
 import json
 import os
+import resource
 import select
 import signal
 import sys
 import threading
+import time
 import traceback
 
-from . import display, egress, system
+from . import config, display, egress, hints, system, values
 from . import protocol as p
+
+# The largest JSON form of a last expression's value sent as the execution's result
+# (final_result) when the script emits none: a larger value is sent as its text/plain,
+# which its execute_result carries too. A notebook's `df` on its last line must not make
+# an event the size of the frame, nor take the time of converting it.
+IMPLICIT_RESULT_BYTES = 64 << 10
 
 
 class ScriptTimeout(BaseException):
@@ -28,15 +37,30 @@ class ChildIO:
         self.lock = threading.Lock()
         self.dumps = json.dumps  # captured before the script can replace json.dumps
 
-    def send(self, event, what=None, payload=b""):
+    def send(self, event, payload=b""):
         """Writes one event line, and payload right after it (a display's image: see
-        display). what names the data for the error when it is not JSON."""
-        try:
-            line = (self.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "surrogatepass")
-        except (TypeError, ValueError) as e:
-            if what is None:
-                raise
-            raise TypeError("%s must be JSON-serializable: %s" % (what, e)) from None
+        display). The event's values are JSON's own types; a lone surrogate in one of
+        its strings is escaped (values.escape_surrogates)."""
+        text = self.dumps(event, ensure_ascii=False, separators=(",", ":"))
+        self._send(text, payload)
+
+    def send_value(self, kind, value, what, budget=None, **fields):
+        """Writes an event of type kind whose data is value's JSON form (values.form:
+        NoJSONForm names where a part of it has none, what naming the value), with the
+        places of its non-finite floats (nonfinite), and fields."""
+        form, nonfinite = values.form(value, what, budget)
+        head = self.dumps(dict(fields, type=kind), ensure_ascii=False, separators=(",", ":"))
+        text = head[:-1] + ',"data":' + form
+        if nonfinite:
+            text += ',"nonfinite":' + self.dumps(nonfinite, ensure_ascii=False, separators=(",", ":"))
+        self._send(text + "}")
+
+    def line(self, event):
+        """event as a line of the event pipe, without writing it."""
+        return _line(self.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str))
+
+    def _send(self, text, payload=b""):
+        line = _line(text)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()  # what the script printed before this event goes first
@@ -65,23 +89,30 @@ class ChildIO:
                     raise ScriptTimeout()
 
 
-def _helpers(io_, mode):
-    state = {"result": False}
+def _line(text):
+    """text and a newline in UTF-8, a lone surrogate in it escaped."""
+    try:
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        return (values.escape_surrogates(text) + "\n").encode("utf-8")
 
+
+def _helpers(io_, state):
     def emit_result(data=None):
-        """Returns data as the execution's final result. Call it once."""
+        """Returns data as the execution's final result. Call it once. Any value: see
+        the README's contract for the form each kind of value takes."""
         if state["result"]:
             raise RuntimeError("emit_result() may be called only once per execution")
-        io_.send({"type": p.FINAL_RESULT, "data": data}, "emit_result data")
+        io_.send_value(p.FINAL_RESULT, data, "emit_result data")
         state["result"] = True
 
     def emit_intermediate(label, data=None):
         """Streams a partial result to the agent while the script runs."""
-        io_.send({"type": p.INTERMEDIATE, "label": str(label), "data": data}, "emit_intermediate data")
+        io_.send_value(p.INTERMEDIATE, data, "emit_intermediate data", label=values.escape_surrogates(str(label)))
 
     def emit_log(message, level="info"):
         """Sends a diagnostic message without affecting the result."""
-        io_.send({"type": p.LOG, "level": str(level), "message": str(message)})
+        io_.send({"type": p.LOG, "level": values.escape_surrogates(str(level)), "message": values.escape_surrogates(str(message))})
 
     return {"emit_result": emit_result, "emit_intermediate": emit_intermediate, "emit_log": emit_log, "display": display.make_display(io_)}
 
@@ -135,6 +166,7 @@ def child_main(req_fd, ev_fd, out_fd, err_fd, tools):
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
             signal.signal(s, signal.SIG_DFL)
         system.close_all_but(0, 1, 2, req_fd, ev_fd)
+        reseed()
         io_ = ChildIO(ev_fd)
         egress.start_relay()  # listening before the warm-up: off the job's critical path
 
@@ -167,8 +199,26 @@ def child_main(req_fd, ev_fd, out_fd, err_fd, tools):
         os._exit(code)
 
 
+def reseed():
+    """Seeds again, from the kernel's entropy, every generator that a module the
+    harness preloaded seeded when it was imported: a fork inherits their state, and
+    every execution of a container would draw the same numbers, the ones an earlier
+    execution (another tenant's, maybe) drew. random reseeds itself at fork
+    (os.register_at_fork), and so do tempfile's names, uuid, secrets and
+    numpy.random.default_rng (each reads the kernel's entropy anew); numpy's global
+    RandomState (np.random.rand, pandas' sample without random_state) does not; nor
+    does multiprocessing's authentication key, made at import. Python's hash secret
+    cannot change after the interpreter starts: see docs/SECURITY.md."""
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        np_random.seed()  # None: from the OS's entropy
+    mp = sys.modules.get("multiprocessing.process")
+    if mp is not None:
+        mp.current_process().authkey = os.urandom(32)
+
+
 _WARM_UP_REQUEST = json.dumps(
-    {"type": p.EXECUTE, "execution_id": "warm-up", "script": "emit_log('x')\nemit_result({'a': [1, 2.5, 'x', None]})", "timeout": 30, "mode": p.MODE_PLAN}
+    {"type": p.EXECUTE, "execution_id": "warm-up", "script": "emit_log('x')\nemit_result({'a': [1, 2.5, 'x', None]})\n{'b': (1, 2.5, float('nan'))}", "timeout": 30, "mode": p.MODE_PLAN}
 )
 
 
@@ -224,11 +274,14 @@ def _serve_session(io_, requests, request, tools):
     Each call is a run_script of its own: its alarm, its emit_result, its figures and
     its end (DONE), after which the parent takes the call as done and the child as
     ready for the next. Between calls the alarm is ignored: SIGALRM is the call's
-    timeout, and no call runs then."""
+    timeout, and no call runs then. The calls are a REPL's cells: each is numbered (its
+    execute_result's execution_count), and _ holds the last value shown."""
     namespace = new_namespace(tools)
+    count = 0
     while request is not None:
+        count += 1
         try:
-            run_script(io_, request, tools, namespace)
+            run_script(io_, request, tools, namespace, count)
         except ScriptTimeout:
             pass  # a SIGALRM from elsewhere during the call's end: its end is written
         signal.signal(signal.SIGALRM, signal.SIG_IGN)
@@ -260,12 +313,121 @@ def new_namespace(tools):
     return g
 
 
-def run_script(io_, req, tools, g=None):
+def compile_cell(source):
+    """The code of source's statements, and the code of its last statement when that is
+    an expression to show (None otherwise), as IPython runs a cell: its last statement
+    is shown when it is an expression not silenced by a trailing semicolon. A line magic
+    of hints.NOOP_MAGICS (%matplotlib inline) is run as `pass`; any other IPython syntax
+    is the SyntaxError it is (hints.for_exception says what to do instead)."""
+    for _ in range(100):
+        try:
+            tree = compile(source, "<script>", "exec", ast.PyCF_ONLY_AST)
+            break
+        except SyntaxError as e:
+            stripped = hints.strip_noop_magics(source, e.lineno)
+            if stripped is None:
+                raise
+            source = stripped
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not _silenced(source, tree.body[-1]):
+        node = tree.body.pop()
+        last = compile(ast.Expression(node.value), "<script>", "eval")
+    return compile(tree, "<script>", "exec"), last
+
+
+def _silenced(source, node):
+    """Whether the expression statement node, the script's last, is followed by a
+    semicolon on its line (IPython's DisplayHook.quiet). Its end column is counted in
+    UTF-8 bytes."""
+    end = node.end_lineno
+    start = 0
+    for _ in range(end - 1):
+        start = source.index("\n", start) + 1
+    stop = source.find("\n", start)
+    line = source[start : stop if stop >= 0 else len(source)]
+    rest = line.encode("utf-8", "surrogatepass")[node.end_col_offset :].decode("utf-8", "surrogatepass")
+    return rest.lstrip(" \t\r\f\\").startswith(";")
+
+
+# The value show_value last put in _, in this process (a session's calls share it).
+_shown = {"value": object()}
+
+
+def show_value(io_, g, value, count, state):
+    """Shows value, a script's last expression's, as IPython's displayhook does: nothing
+    for None; else an execute_result (Jupyter's mimebundle: text/plain as IPython's
+    pretty printer writes it, the object's other _repr_*_ forms, and an image), _ set
+    to it, and, when the script emitted no result, a final_result of its JSON form
+    (values.form; its text/plain when it has none or a larger one than
+    IMPLICIT_RESULT_BYTES)."""
+    if value is None:
+        return
+    if "_" not in g or g["_"] is _shown["value"]:
+        g["_"] = value  # not when the script set _ itself: IPython leaves it then
+    _shown["value"] = value
+    try:
+        data, image = display.bundle(value)
+    except Exception as e:
+        # IPython's formatters catch this and show its traceback; the cell succeeds
+        # with no Out. Here it goes to stderr, where the model reads it.
+        sys.stderr.write("The value of the last expression could not be shown: %s: %s\n" % (type(e).__name__, e))
+        return
+    event = {"type": p.EXECUTE_RESULT, "data": data, "execution_count": count}
+    raw = b""
+    if image is not None:
+        event["image"] = {"content_type": image[0], "size": len(image[1])}
+        raw = image[1]
+    io_.send(event, payload=raw)
+    if state["result"]:
+        return
+    try:
+        io_.send_value(p.FINAL_RESULT, value, "the last expression's value", IMPLICIT_RESULT_BYTES)
+    except (values.NoJSONForm, values.TooLarge):
+        io_.send_value(p.FINAL_RESULT, data["text/plain"], "the last expression's text")
+    state["result"] = True
+
+
+def _stray_files(since, req):
+    """The names in the workspace, but out/ and the paths the job asked for as
+    artifacts, that the script wrote (or changed) since, a time.time(): they do not
+    come back. Directories end in a slash."""
+    if not config.WORKSPACE:
+        return []
+    wanted = {"out"} | {str(a).strip("/").split("/")[0] for a in (req.get("artifacts") or []) if isinstance(a, str)}
+    names = []
+    try:
+        with os.scandir(config.WORKSPACE) as entries:
+            for entry in entries:
+                if entry.name in wanted:
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                if st.st_mtime >= since:
+                    names.append(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+    except OSError:
+        return []
+    return sorted(names)
+
+
+def _usage(before):
+    """The CPU time, in milliseconds, the process and the children it waited for used
+    since before (resource.getrusage of both), and the peak resident memory of either,
+    in KiB."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime - before
+    return round(max(cpu, 0.0) * 1000, 3), max(me.ru_maxrss, kids.ru_maxrss)
+
+
+def _cpu_now():
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def run_script(io_, req, tools, g=None, count=1):
     """Runs the script of req in g, a session's namespace, or in a new one, and sends
     its events and its end. The helpers (emit_result...) are the call's own: put in
-    again at each call, emit_result once per call."""
+    again at each call, emit_result once per call. count numbers the call among a
+    session's (its execute_result's execution_count)."""
     timeout = float(req.get("timeout") or p.DEFAULT_TIMEOUT)
-    mode = req.get("mode") or p.MODE_PLAN
     for key in ("traceparent", "tracestate"):
         if req.get(key):
             os.environ[key.upper()] = req[key]
@@ -273,16 +435,23 @@ def run_script(io_, req, tools, g=None):
             os.environ.pop(key.upper(), None)  # a session's earlier call's is not this one's
     if g is None:
         g = new_namespace(tools)
-    g.update(_helpers(io_, mode))
+    state = {"result": False}
+    g.update(_helpers(io_, state))
+    source = req.get("script", "")
+    if not isinstance(source, str):
+        source = ""
+    since, cpu_before = time.time(), _cpu_now()
 
     _alarm.update(defer=0, pending=False, fired=False)
     signal.signal(signal.SIGALRM, _on_alarm)
     error = None
     try:
-        code = compile(req.get("script", ""), "<script>", "exec")
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
+            code, last = compile_cell(source)
             exec(code, g)
+            if last is not None:
+                show_value(io_, g, eval(last, g), count, state)
         except ScriptTimeout:
             raise
         except BaseException:
@@ -298,6 +467,12 @@ def run_script(io_, req, tools, g=None):
         error = {"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "Script called sys.exit(%s)" % ("" if e.code is None else repr(e.code))}
     except BaseException as e:
         error = {"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "%s: %s" % (type(e).__name__, e), "traceback": script_traceback(e)}
+        try:
+            hint = hints.for_exception(e, source)
+        except Exception:
+            hint = None
+        if hint:
+            error["hint"] = hint
     signal.setitimer(signal.ITIMER_REAL, 0)
     if _alarm["fired"] and (error is None or error["kind"] != p.KIND_TIMEOUT):
         # The script caught its timeout and went on: it still ran out of time.
@@ -311,10 +486,18 @@ def run_script(io_, req, tools, g=None):
     # the event pipe (half a line, written when the alarm fired or on purpose) ends
     # there and is dropped as malformed, and the error and the end stay whole.
     end = b"\n"
+    try:
+        stray = _stray_files(since, req)
+        if stray:
+            end += io_.line({"type": p.LOG, "level": "warning", "message": hints.not_returned(stray)})
+    except BaseException:
+        pass
     if error is not None:
         try:
-            end += (io_.dumps(error, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode("utf-8", "surrogatepass")
+            end += io_.line(error)
         except BaseException:
             end += _UNENCODABLE
-    io_.write(end + p.DONE_LINE)
+    cpu_ms, peak_kib = _usage(cpu_before)
+    end += b'{"type":"_done","cpu_ms":%s,"peak_memory_kib":%d}\n' % (repr(cpu_ms).encode(), peak_kib)
+    io_.write(end)
     return 0

@@ -20,7 +20,9 @@ import base64
 import binascii
 import io
 import sys
+from io import StringIO
 
+from . import pretty, values
 from . import protocol as p
 
 # The images a display may carry, best first, and the extension of their path.
@@ -49,7 +51,7 @@ def make_display(io_):
         _repr_markdown_...) and one image (_repr_png_, _repr_jpeg_, _repr_svg_, or a
         matplotlib Figure)."""
         for obj in objs:
-            data, image = bundle(obj, io_.dumps)
+            data, image = bundle(obj)
             event = {"type": p.DISPLAY, "data": data}
             raw = b""
             if image is not None:
@@ -61,10 +63,20 @@ def make_display(io_):
     return display
 
 
-def bundle(obj, dumps):
+def plain(obj):
+    """obj's text/plain, as IPython's PlainTextFormatter writes it: IPython's pretty
+    printer at 79 columns, at most 1,000 items of a sequence."""
+    stream = StringIO()
+    printer = pretty.RepresentationPrinter(stream, False, 79, "\n", max_seq_length=pretty.MAX_SEQ_LENGTH)
+    printer.pretty(obj)
+    printer.flush()
+    return values.escape_surrogates(stream.getvalue())
+
+
+def bundle(obj):
     """The text forms of obj (a dict of strings) and its image, (content type, bytes)
-    or None. dumps encodes _repr_json_'s value."""
-    data = {"text/plain": obj if isinstance(obj, str) else repr(obj)}
+    or None, as Jupyter's display formatter makes them."""
+    data = {"text/plain": plain(obj)}
     if isinstance(obj, type):
         return data, None  # a class: its _repr_*_ are unbound functions
     if _is_figure(obj):
@@ -80,11 +92,11 @@ def bundle(obj, dumps):
             continue
         if mime.endswith("json") and not isinstance(value, str) and value is not None:
             try:
-                value = dumps(value)
-            except (TypeError, ValueError):
+                value = values.form(value, mime)[0]
+            except (values.NoJSONForm, RecursionError):
                 continue
         if isinstance(value, str):
-            data[mime] = value
+            data[mime] = values.escape_surrogates(value)
     for mime, name in IMAGE_REPRS:
         raw = _image_bytes(mime, forms.get(mime) if forms is not None else _call(obj, name))
         if raw:  # an empty image is none
@@ -166,11 +178,16 @@ def clean(data):
 
 
 class Pending:
-    """A display line from the child, waiting for the image bytes it announced.
+    """A display or execute_result line from the child, waiting for the image bytes it
+    announced.
 
-    data is the line's text forms (clean), or None when the line was malformed.
-    content_type and left come from the line; keep is where the bytes go, or None when
-    they are read into nothing: why says then why the image is left out."""
+    kind is the line's type, count an execute_result's execution_count; data is the
+    line's text forms (clean), or None when the line was malformed. content_type and
+    left come from the line; keep is where the bytes go, or None when they are read
+    into nothing: why says then why the image is left out."""
+
+    kind = p.DISPLAY
+    count = 1
 
     def __init__(self, data, content_type, size, why):
         self.data = data
@@ -189,8 +206,17 @@ class Pending:
 
     @classmethod
     def parse(cls, event, over):
-        """The Pending of a display event from the child. over(size) says why an image
-        of size bytes would pass the artifact limits, or None."""
+        """The Pending of a display or execute_result event from the child. over(size)
+        says why an image of size bytes would pass the artifact limits, or None."""
+        pending = cls._parse(event, over)
+        pending.kind = event.get("type")
+        count = event.get("execution_count")
+        if isinstance(count, int) and not isinstance(count, bool) and 0 < count < 2**31:
+            pending.count = count
+        return pending
+
+    @classmethod
+    def _parse(cls, event, over):
         data = clean(event.get("data"))
         image = event.get("image")
         if image is None:

@@ -1,12 +1,12 @@
-"""What a script may change that the harness cannot undo, and the memory limit's
-count of kills: resource limits and scheduling of the harness and the zygote, the
-cgroup's OOM-kill counter."""
+"""What a script may change that the harness cannot undo, and the cgroup's counters:
+resource limits and scheduling of the harness and the zygote; the OOM-kill counter,
+the CPU time and the memory limit of the container."""
 
 import ctypes
 import os
 import resource
 
-from . import system
+from . import config, system
 
 
 class Retire(Exception):
@@ -76,13 +76,19 @@ class Limits:
             raise Retire("a script changed the resource limits or scheduling of %s" % what)
 
 
-class OomCounter:
-    """The cgroup's OOM-kill counter (v2, then v1), its file held open and read again
-    from offset 0 each time."""
+class _CgroupCounter:
+    """A counter of a cgroup's flat-keyed file (KEY value lines): the first of paths that
+    opens, held open and read again from offset 0 each time (one system call). Only in
+    a container: on a host the cgroup is the host's session's, not the harness's."""
+
+    paths = ()
+    key = b""
 
     def __init__(self):
         self.fd = None
-        for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        if not config.IN_CONTAINER:
+            return
+        for path in self.paths:
             try:
                 self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                 return
@@ -99,9 +105,42 @@ class OomCounter:
             return None
         for line in data.split(b"\n"):
             k, _, v = line.partition(b" ")
-            if k == b"oom_kill":
+            if k == self.key:
                 try:
                     return int(v)
                 except ValueError:
                     return None
         return None
+
+
+class OomCounter(_CgroupCounter):
+    """The cgroup's OOM-kill counter (v2, then v1)."""
+
+    paths = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+    key = b"oom_kill"
+
+
+class CpuCounter(_CgroupCounter):
+    """The CPU time, in microseconds, that every process of the container used (cgroup
+    v2's cpu.stat): what an execution cost, counted by the kernel rather than said by
+    the script's own process."""
+
+    paths = ("/sys/fs/cgroup/cpu.stat",)
+    key = b"usage_usec"
+
+
+def memory_limit():
+    """The container's memory limit in bytes (cgroup v2's memory.max, then v1's), or None
+    where there is none or it cannot be read (on a host)."""
+    if not config.IN_CONTAINER:
+        return None
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path, "rb") as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        if value.isdigit() and int(value) < 1 << 60:
+            return int(value)
+        return None
+    return None

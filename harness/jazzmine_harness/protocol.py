@@ -3,6 +3,7 @@ writer of the stream (the only one: see Out)."""
 
 import json
 import os
+import re
 
 HARNESS_VERSION = "3"
 
@@ -36,11 +37,12 @@ FINAL_RESULT = "final_result"
 ERROR = "error"
 SCRIPT_DONE = "script_done"
 DISPLAY = "display"
+EXECUTE_RESULT = "execute_result"
 ARTIFACT = "artifact"
 READY = "ready"
 RESET_DONE = "reset_done"
 PONG = "pong"
-EVENT_TYPES = (INTERMEDIATE, LOG, STDOUT, STDERR, FINAL_RESULT, ERROR, SCRIPT_DONE, DISPLAY, ARTIFACT, READY, RESET_DONE, PONG, CHUNK)
+EVENT_TYPES = (INTERMEDIATE, LOG, STDOUT, STDERR, FINAL_RESULT, ERROR, SCRIPT_DONE, DISPLAY, EXECUTE_RESULT, ARTIFACT, READY, RESET_DONE, PONG, CHUNK)
 
 # Error kinds, the kind of an error event.
 KIND_SCRIPT = "script"
@@ -71,8 +73,13 @@ ERROR_KINDS = (
 )
 
 # Events a child may send; anything else from the child pipe is dropped.
-# A display line from the child may be followed by raw image bytes: see display.Pending.
-CHILD_EVENT_TYPES = (INTERMEDIATE, LOG, FINAL_RESULT, ERROR, DISPLAY)
+# A display or execute_result line from the child may be followed by raw image bytes:
+# see display.Pending.
+CHILD_EVENT_TYPES = (INTERMEDIATE, LOG, FINAL_RESULT, ERROR, DISPLAY, EXECUTE_RESULT)
+
+# What a non-finite float is called in the nonfinite list of an event's data (see
+# values): the place of each, for the host to put the float back in msgpack.
+NONFINITE = ("nan", "inf", "-inf")
 
 # What a child says on its event pipe to its parent alone, never relayed, each a line
 # of its own: it has warmed up (WARM), and its script is done (DONE).
@@ -80,6 +87,11 @@ WARM = "_warm"
 DONE = "_done"
 WARM_LINE = b'{"type":"_warm"}\n'
 DONE_LINE = b'{"type":"_done"}\n'
+
+# The error of a plan-mode script that gave no result, and what to do about it (held to
+# Go's harness.ErrNoResult and harness.NoResultHint by a Go test).
+NO_RESULT = "Script finished without a result (plan mode requires one)"
+NO_RESULT_HINT = "End the script with an expression: its value is the result, as the last line of a notebook cell is shown. Or call emit_result(value)."
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_OUTPUT = 1 << 20
@@ -137,7 +149,49 @@ def timed_out(timeout):
 
 
 def encode(event):
-    return (json.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode("utf-8", "surrogatepass")
+    """event as a protocol line: JSON, UTF-8, one line. What JSON or UTF-8 cannot carry
+    (a lone surrogate, a non-finite float: from a child's line, which json.loads takes)
+    is made what it can (sanitize), never a line the host would refuse."""
+    try:
+        return (_dumps(event, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str) + "\n").encode("utf-8")
+    except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
+        return (_dumps(sanitize(event, 0), ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=str) + "\n").encode("utf-8")
+
+
+_dumps = json.dumps  # the harness's own: a module never looked up again
+
+# Deepest nesting sanitize keeps; deeper values become null.
+SANITIZE_DEPTH = 300
+
+
+def sanitize(v, depth):
+    """v, a value json.loads made, with lone surrogates escaped as text (see
+    values.escape_surrogates), non-finite floats and what nests deeper than
+    SANITIZE_DEPTH made null."""
+    if isinstance(v, str):
+        return escape_surrogates(v)
+    if isinstance(v, float):
+        return v if v == v and v not in (float("inf"), float("-inf")) else None
+    if depth >= SANITIZE_DEPTH and isinstance(v, (list, dict)):
+        return None
+    if isinstance(v, list):
+        return [sanitize(x, depth + 1) for x in v]
+    if isinstance(v, dict):
+        return {sanitize(str(k), depth): sanitize(x, depth + 1) for k, x in v.items()}
+    return v
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(s):
+    """s with each lone surrogate (U+D800 to U+DFFF, which UTF-8 cannot carry) replaced
+    by the six characters of its escape: "\\udc80"."""
+    return _SURROGATE.sub(_escape, s)
+
+
+def _escape(m):
+    return "\\u%04x" % ord(m.group())
 
 
 def encoded_len(event):

@@ -41,6 +41,39 @@ EVENT_READ = 1 << 16
 READS_PER_PASS = 16
 
 
+def out_of_memory(limit):
+    """The error of a script the kernel killed for memory, limit the container's (bytes,
+    or None where unknown)."""
+    if not limit:
+        return "Script was killed: out of memory"
+    return "Script was killed: out of memory (the sandbox's limit is %d MiB, for the script and everything it started; use less at once, e.g. read a file in chunks)" % (limit >> 20)
+
+
+def _count(v, kind):
+    """v when it is a finite, non-negative number of kind (float or int) below 2**53,
+    else None: the child says it, and may say anything."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if not (0 <= v < 2**53):  # NaN fails too
+        return None
+    return kind(v)
+
+
+def _nonfinite(places):
+    """The places of non-finite floats a child listed beside an event's data (see
+    values), when the list is well formed: [[path of keys and indices, "nan" | "inf" |
+    "-inf"], ...]; else None, and the floats stay null."""
+    if not isinstance(places, list) or not places:
+        return None
+    for place in places:
+        if not (isinstance(place, list) and len(place) == 2 and place[1] in p.NONFINITE and isinstance(place[0], list)):
+            return None
+        for step in place[0]:
+            if not (isinstance(step, str) or isinstance(step, int) and not isinstance(step, bool) and 0 <= step < 2**53):
+                return None
+    return places
+
+
 class Run:
     """One execution as the parent sees it: relays the child's events and output."""
 
@@ -73,6 +106,12 @@ class Run:
         self.over_limit = False
         self.exit_code = None
         self.signal = None
+        # What the execution cost: the container's CPU time from here to its end (the
+        # cgroup's counter), or else what the child said of its own (cpu_ms), and the
+        # child's peak memory (peak_kib), both from its end's line (see child.run_script).
+        self.cpu_before = harness.cpu.read()
+        self.child_cpu_ms = None
+        self.peak_kib = None
 
     # -- output accounting ---------------------------------------------------------------
 
@@ -346,26 +385,34 @@ class Run:
                 self._child_event(line)
 
     def _child_event(self, line):
+        """Relays one line from the child, which is the script's process: whatever it
+        holds (not JSON, nested past any parser's limit, a NaN, a lone surrogate, a
+        type or a field the protocol does not have) is dropped with a warning or made
+        what the protocol carries, never an error of the harness's."""
         try:
             ev = json.loads(line)
             kind = ev.get("type")
-        except (ValueError, AttributeError):
-            self.emit_limited({"type": p.LOG, "level": "warning", "message": "harness: dropped a malformed event line from the script"})
+        except Exception:  # ValueError, RecursionError, AttributeError (not an object)...
+            self.warn("harness: dropped a malformed event line from the script")
             return
         if kind == p.DONE:
             self.finished = True
+            self.child_cpu_ms, self.peak_kib = _count(ev.get("cpu_ms"), float), _count(ev.get("peak_memory_kib"), int)
             return
         if kind == p.WARM:
             return
         if kind not in p.CHILD_EVENT_TYPES:
-            self.emit_limited({"type": p.LOG, "level": "warning", "message": "harness: dropped an event of unknown type %r from the script" % (kind,)})
+            self.warn("harness: dropped an event of unknown type %r from the script" % (kind if isinstance(kind, str) else type(kind).__name__,))
             return
-        if kind == p.DISPLAY:
+        if kind in (p.DISPLAY, p.EXECUTE_RESULT):
             self.image = display.Pending.parse(ev, lambda size: self.quota.over(1, size))
             return  # sent by _take_events once its image, if any, has come
         clean = {"type": kind}
         if kind in (p.INTERMEDIATE, p.FINAL_RESULT):
             clean["data"] = ev.get("data")
+            nonfinite = _nonfinite(ev.get("nonfinite"))
+            if nonfinite:
+                clean["nonfinite"] = nonfinite
             if kind == p.INTERMEDIATE:
                 clean["label"] = str(ev.get("label", ""))
         elif kind == p.LOG:
@@ -378,8 +425,10 @@ class Run:
                 clean["error"] = p.timed_out(self.timeout)
             if ev.get("traceback"):
                 clean["traceback"] = str(ev["traceback"])
+            if ev.get("hint") and clean["kind"] == p.KIND_SCRIPT:
+                clean["hint"] = str(ev["hint"])
         if kind == p.FINAL_RESULT and time.monotonic() > self.deadline + TIMEOUT_SLACK:
-            self.emit_limited({"type": p.LOG, "level": "warning", "message": "harness: dropped a result that came after the script's timeout"})
+            self.warn("harness: dropped a result that came after the script's timeout")
             return
         if kind == p.ERROR:
             # Held until the child's end, which may turn it into a timeout: a script
@@ -398,7 +447,9 @@ class Run:
         if image.data is None:
             self.warn("harness: dropped a malformed display line from the script")
             return
-        event = {"type": p.DISPLAY, "data": image.data}
+        event = {"type": image.kind, "data": image.data}
+        if image.kind == p.EXECUTE_RESULT:
+            event["execution_count"] = image.count
         if image.keep is not None:
             n = self.images + 1
             event.update(path="display/%d.%s" % (n, display.IMAGE_TYPES[image.content_type]), content_type=image.content_type, size=len(image.keep))
@@ -468,15 +519,15 @@ class Run:
                 oom_before, oom_after = self.h.oom_kills, self.h.oom.read()
                 self.h.oom_kills = oom_after
                 if sig == signal.SIGKILL and oom_before is not None and oom_after is not None and oom_after > oom_before:
-                    self.emit({"type": p.ERROR, "kind": p.KIND_OOM, "error": "Script was killed: out of memory"})
+                    self.emit({"type": p.ERROR, "kind": p.KIND_OOM, "error": out_of_memory(self.h.memory_limit)})
                 else:
                     self.emit({"type": p.ERROR, "kind": p.KIND_CRASHED, "error": "Script process was killed by signal %s" % system.signame(sig)})
             elif self.mode == p.MODE_PLAN and not self.result:
-                self.emit({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "Script process exited with code %s before calling emit_result()" % code})
+                self.emit({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "Script process exited with code %s before it gave a result" % code, "hint": p.NO_RESULT_HINT})
             elif code:
                 self.emit({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "Script process exited with code %s" % code})
         elif not self.result and self.mode == p.MODE_PLAN:
-            self.emit({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "Script finished without calling emit_result() (plan mode requires a result)"})
+            self.emit({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": p.NO_RESULT, "hint": p.NO_RESULT_HINT})
 
     def done(self, started, child):
         ev = {
@@ -487,5 +538,12 @@ class Run:
             "duration_ms": round((time.monotonic() - started) * 1000, 3),
             "nonce": self.nonce,
         }
+        cpu_after = self.h.cpu.read()
+        if self.cpu_before is not None and cpu_after is not None:
+            ev["cpu_ms"] = round((cpu_after - self.cpu_before) / 1000, 3)
+        elif self.child_cpu_ms is not None:
+            ev["cpu_ms"] = self.child_cpu_ms
+        if self.peak_kib is not None:
+            ev["peak_memory_bytes"] = self.peak_kib * 1024
         self.h.out.send(ev)
         self.h.out.flush()  # the host waits for it: never behind anything

@@ -15,7 +15,7 @@ import time
 from . import artifacts, config, system
 from . import protocol as p
 from .inputs import Inputs
-from .limits import Limits, OomCounter, Retire
+from .limits import CpuCounter, Limits, OomCounter, Retire, memory_limit
 from .run import HARD_KILL_GRACE, Run
 from .scratch import Scratch, SysvIpc
 from .session import Session
@@ -51,6 +51,8 @@ class Harness:
         # SIGKILL while it rose ran out of memory. Read off the critical path.
         self.oom_kills = None
         self.oom = OomCounter()
+        self.cpu = CpuCounter()
+        self.memory_limit = memory_limit()
         self.sysv = SysvIpc() if config.IN_CONTAINER else None
         self.scratch = [Scratch(d) for d in config.WIPED]  # opened before any script runs
         # The workspace, where input files go and artifacts come from: opened once, before

@@ -37,7 +37,10 @@ emit_result(1)
         self.assertEqual(got["out/empty"], (b"", "application/octet-stream"))
         self.assertEqual(got["report.md"][0], b"# report")
         self.assertEqual(got["results/deeper/r.json"], (b"{}", "application/json"))
-        self.assertEqual(self.warnings(events), [], "a missing requested path is skipped silently")
+        # A missing requested path is skipped silently; a file written outside out/ and
+        # not asked for is said not to come back.
+        self.assertEqual(len(self.warnings(events)), 1, self.warnings(events))
+        self.assertTrue(self.warnings(events)[0].startswith("not returned: not-asked.txt, written outside "), self.warnings(events))
         chunks = [e for e in events if e["type"] == "chunk"]
         self.assertEqual(len(chunks), 6, "out/chart.png (512004 bytes) in 3 chunks, one for each small file, none for the empty one")
         self.assertEqual(events[-2]["type"], "chunk", "artifacts come after the result, before script_done")

@@ -85,7 +85,7 @@ emit_result(1)
                 self.assertIsInstance(v, str)
                 self.assertIn("/", k)
         self.assertEqual(displays[0]["data"].get("text/markdown"), "ok")
-        self.assertEqual(displays[0]["data"].get("application/json"), '{"a": 1}')
+        self.assertEqual(displays[0]["data"].get("application/json"), '{"a":1}')
         self.assertIn("refused\n", [e.get("text") for e in events])
         self.assertEqual([e["kind"] for e in events if e["type"] == "error"], [])
 

@@ -43,8 +43,9 @@ class ImportsTest(unittest.TestCase):
         # (matplotlib is the script's; the harness must start without it). And inspect,
         # which tool_specs imports in the harness for its ready event: before any script,
         # after the zygote is forked, so that no child has it; and server, which boot imports
-        # then for the same reason (with the modules only it uses).
-        allowed = {("boot.py", None), ("tools.py", "asyncio"), ("tools.py", "inspect"), ("mpl.py", "matplotlib.backend_bases"), ("mpl.py", "matplotlib.backends.backend_agg")}
+        # then for the same reason (with the modules only it uses). And inspect again in
+        # pretty, IPython's printer, only to show a function (see its header).
+        allowed = {("boot.py", None), ("tools.py", "asyncio"), ("tools.py", "inspect"), ("pretty.py", "inspect"), ("mpl.py", "matplotlib.backend_bases"), ("mpl.py", "matplotlib.backends.backend_agg")}
         for name in sorted(os.listdir(PACKAGE_DIR)):
             if not name.endswith(".py"):
                 continue

@@ -4,6 +4,9 @@
 package sandboxspec
 
 import (
+	"maps"
+	"strings"
+
 	"github.com/jazzmine/worker/imagebuild"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
@@ -13,11 +16,16 @@ import (
 // Pool turns a sandbox of the config file, with its built image, into what the pool
 // runs.
 func Pool(spec *imagebuild.Spec, img imagebuild.Image) sandboxpool.Sandbox {
+	env := maps.Clone(spec.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env["JAZZMINE_SANDBOX"] = spec.Name // named in the errors that teach (harness hints)
 	sb := sandboxpool.Sandbox{
 		Name:           spec.Name,
 		Image:          img.Tag,
 		Checksum:       img.Checksum,
-		Env:            spec.Env,
+		Env:            env,
 		Secrets:        spec.Secrets,
 		Runtime:        spec.Runtime,
 		MemoryBytes:    spec.Resources.MemoryMB << 20,
@@ -54,4 +62,24 @@ func Worker(sb sandboxpool.Sandbox, spec *imagebuild.Spec) worker.Sandbox {
 		info.Description, info.Packages, info.AllowedHosts = spec.Description, spec.Requirements, spec.Network.AllowedHosts
 	}
 	return worker.Sandbox{Name: sb.Name, Slots: sb.PoolSize + sb.MaxOverflow, MaxInputBytes: sb.WorkspaceBytes, Info: info}
+}
+
+// NetworkHint tells the harness of each sandbox without network which sandboxes of
+// cfg have some (JAZZMINE_NETWORK_SANDBOXES: "name (host, host); ..."), so that a
+// script's network error can name them. sandboxes are the pool's, made by Pool.
+func NetworkHint(sandboxes []sandboxpool.Sandbox, cfg *imagebuild.Config) {
+	var with []string
+	for _, name := range cfg.Names() {
+		if hosts := cfg.Sandboxes[name].Network.AllowedHosts; len(hosts) > 0 {
+			with = append(with, name+" ("+strings.Join(hosts, ", ")+")")
+		}
+	}
+	if len(with) == 0 {
+		return
+	}
+	for i := range sandboxes {
+		if len(cfg.Sandboxes[sandboxes[i].Name].Network.AllowedHosts) == 0 {
+			sandboxes[i].Env["JAZZMINE_NETWORK_SANDBOXES"] = strings.Join(with, "; ")
+		}
+	}
 }
