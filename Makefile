@@ -15,6 +15,8 @@ GOTESTFLAGS ?=
 # races Go 1.26's fuzz coordinator at its deadline (golang/go#75804) and fails spuriously.
 FUZZ_FAST   ?= 200000x
 FUZZ_SLOW   ?= 30000x
+# Each input of FuzzChildPipe is an execution in a real harness (about 10 ms).
+FUZZ_PIPE   ?= 2000x
 
 .DEFAULT_GOAL := help
 
@@ -55,6 +57,7 @@ fuzz: ## A short run of every fuzz target (FUZZ_FAST or FUZZ_SLOW executions eac
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJob$$' -fuzztime $(FUZZ_FAST) ./wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEvent$$' -fuzztime $(FUZZ_FAST) ./wire/
 	$(GO) test -run '^$$' -fuzz '^FuzzExecutorStream$$' -fuzztime $(FUZZ_SLOW) ./harness/
+	$(GO) test -run '^$$' -fuzz '^FuzzChildPipe$$' -fuzztime $(FUZZ_PIPE) ./harness/
 	$(GO) test -run '^$$' -fuzz '^FuzzDemux$$' -fuzztime $(FUZZ_FAST) ./sandboxpool/
 
 .PHONY: test-deps

@@ -3,8 +3,11 @@ package harness
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -77,3 +80,42 @@ func (a *answer) Write(b []byte) (int, error) {
 	})
 	return len(b), nil
 }
+
+// FuzzChildPipe has a script write arbitrary bytes on its own event pipe, the one
+// channel from a script's process to the harness that is not text: whatever it writes
+// (random bytes, nesting past any parser's limit, NaN tokens, numbers past any float,
+// invalid UTF-8, a display announcing bytes that never come), the execution ends with
+// one script_done, never as a protocol violation or crashed, the container stays
+// usable, and the harness answers a ping after it. One harness serves every input.
+func FuzzChildPipe(f *testing.F) {
+	f.Add([]byte(strings.Repeat("[", 50000) + "\n"))
+	f.Add([]byte(`{"type":"final_result","data":[NaN,Infinity,-Infinity]}` + "\n"))
+	f.Add([]byte(`{"type":"intermediate","label":"\ud800","data":{"\udfff":1e999999}}` + "\n"))
+	f.Add([]byte("{\"type\":\"log\",\"message\":\"\xff\xfe\"}\n\xc3\n"))
+	f.Add([]byte(`{"type":"final_result","data":` + strings.Repeat("9", 5000) + "}\n"))
+	f.Add([]byte(`{"type":"display","data":{"text/plain":"x"},"image":{"content_type":"image/png","size":99999999}}` + "\n"))
+	f.Add([]byte(`{"type":"execute_result","data":{"text/plain":"x"},"execution_count":-1,"image":{"content_type":"image/png","size":3}}` + "\nab"))
+	f.Add([]byte(`{"type":"_done","cpu_ms":NaN,"peak_memory_kib":-1}` + "\n"))
+	f.Add([]byte(`{"type":"final_result","data":1,"nonfinite":[[["a",{}],"nan"],"x"]}` + "\n"))
+	h := startHarness(f, nil)
+	n := 0
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n++
+		script := fmt.Sprintf("%sos.write(fd, bytes.fromhex(%q))\n", childEventFD, hex.EncodeToString(data))
+		res, _ := h.exec(t, fmt.Sprintf("pipe-%d", n), script, interactive)
+		if res.Violation != "" || res.ErrorKind == wire.KindCrashed || !res.Reusable {
+			t.Fatalf("the harness broke on %q: violation %q, kind %q, reusable %v: %s", data, res.Violation, res.ErrorKind, res.Reusable, res.Error)
+		}
+		h.mustPing(t)
+	})
+}
+
+// childEventFD finds, in a script, the child's event pipe: its one FIFO above 2.
+const childEventFD = `import os, stat
+def fifo(f):
+    try:
+        return stat.S_ISFIFO(os.fstat(f).st_mode)
+    except OSError:
+        return False  # the directory listdir read /proc/self/fd with
+fd = next(f for f in map(int, os.listdir('/proc/self/fd')) if f > 2 and fifo(f))
+`

@@ -224,6 +224,8 @@ type printer struct {
 	held    []heldOut // the latest output past the head, printed at the end
 	heldLen int       // their bytes
 	left    leftOut   // output past the head no longer held
+
+	shownValue bool // an execute_result was printed: its final_result is not
 }
 
 // heldOut is a piece of output held back for the tail: its label and text.
@@ -240,6 +242,9 @@ func (p *printer) print(ev *wire.Event) {
 	if ev.Attempt > 1 {
 		attempt = fmt.Sprintf(" (attempt %d)", ev.Attempt)
 	}
+	if ev.Type != wire.EventStdout && ev.Type != wire.EventStderr {
+		p.flushTail() // the output so far ends before what comes next
+	}
 	switch ev.Type {
 	case wire.EventStarted:
 		p.line("started", fmt.Sprintf("container %s on worker %s%s", ev.ContainerID, ev.WorkerID, attempt))
@@ -250,8 +255,11 @@ func (p *printer) print(ev *wire.Event) {
 	case wire.EventLog:
 		p.line("log", ev.Level+": "+ev.Message)
 	case wire.EventFinalResult:
-		p.line("result", valueText(ev.Data))
+		if !p.shownValue { // the value of an Out just shown, as JSON: said once
+			p.line("result", valueText(ev.Data))
+		}
 	case wire.EventExecuteResult:
+		p.shownValue = true
 		var b strings.Builder
 		outPrompt(&b, ev.ExecutionCount, formText(ev.Data))
 		p.line("", strings.TrimRight(b.String(), "\n"))
@@ -275,7 +283,6 @@ func (p *printer) print(ev *wire.Event) {
 			p.line("", fmt.Sprintf("image %s (%d bytes, %s)", ev.Path, ev.Size, ev.ContentType))
 		}
 	case wire.EventScriptDone:
-		p.flushTail()
 		usage := usageLine(ev.CPUMS, ev.PeakMemoryBytes)
 		if usage != "" {
 			usage = "; " + usage
@@ -340,21 +347,25 @@ func (p *printer) drop(text string) {
 	p.left.Lines += strings.Count(text, "\n")
 }
 
+// flushTail prints what was left out of the output, if anything, and the held tail;
+// output that comes after it starts a head of its own.
+func (p *printer) flushTail() {
+	if p.left.Bytes > 0 {
+		if p.left.Lines == 0 {
+			p.left.Lines = 1 // a line cut in two
+		}
+		fmt.Fprintf(p.w, "  %-13s %s (worker submit --json shows the whole)\n", "", p.left.marker())
+	}
+	for _, h := range p.held {
+		p.line(h.label, h.text)
+	}
+	p.held, p.heldLen, p.left, p.shown, p.lines = nil, 0, leftOut{}, 0, 0
+}
+
 func (p *printer) heldLines() int {
 	n := 0
 	for _, h := range p.held {
 		n += strings.Count(h.text, "\n")
 	}
 	return n
-}
-
-// flushTail prints what was left out of the output, if anything, and the held tail.
-func (p *printer) flushTail() {
-	if p.left.Bytes > 0 {
-		fmt.Fprintf(p.w, "  %-13s %s (worker submit --json shows the whole)\n", "", p.left.marker())
-	}
-	for _, h := range p.held {
-		p.line(h.label, h.text)
-	}
-	p.held, p.heldLen, p.left = nil, 0, leftOut{}
 }
