@@ -99,33 +99,24 @@ type fileOut struct {
 // --stateless or the call names a session, it runs in the conversation's session of
 // its sandbox, which its first call opens.
 func (s *mcpServer) runPython(ctx context.Context, req *mcp.CallToolRequest, in runInput) (*mcp.CallToolResult, runOutput, error) {
-	job, sess, err := s.job(ctx, req, in)
+	job, sess, note, err := s.job(ctx, req, in)
 	if err != nil {
 		return nil, runOutput{}, err
 	}
 	defer s.removeUploads(ctx, job.Files)
 	res, err := s.execute(ctx, req, job, sess)
 	if err != nil {
+		if sess != nil && in.SessionID == "" && ctx.Err() != nil {
+			s.convs.forget(req.Session, sess, "its call was cancelled") // a cancel kills the session's process
+		}
 		return nil, runOutput{}, err
 	}
-	var note string
-	if sess != nil {
-		switch res.ErrorKind {
-		case wire.KindSessionLimit:
-			if in.SessionID == "" {
-				// No worker could open the conversation's session, and the script did
-				// not run: it runs on its own, and the next call tries a session again.
-				s.convs.forget(req.Session, sess)
-				note = "this call ran on its own, in a fresh process: every worker is at its limit of sessions, so the conversation's state is not kept for now"
-				if res, err = s.execute(ctx, req, job, nil); err != nil {
-					return nil, runOutput{}, err
-				}
-				sess = nil
-			}
-		case wire.KindSessionLost:
-			s.convs.forget(req.Session, sess)
-			note = "the session was lost, and with it the variables, imports and files of earlier calls; this call did not run. The next call starts a new session."
+	if sess != nil && in.SessionID == "" {
+		if sess, note, res, err = s.settle(ctx, req, job, sess, res, note); err != nil {
+			return nil, runOutput{}, err
 		}
+	} else if sess != nil && res.ErrorKind == wire.KindSessionLost {
+		s.convs.forget(req.Session, sess, "") // open_session opens a new one
 	}
 	out := outputOf(res)
 	out.Note = note
@@ -133,6 +124,33 @@ func (s *mcpServer) runPython(ctx context.Context, req *mcp.CallToolRequest, in 
 		out.SessionID = sess.ID
 	}
 	return s.content(ctx, req.Session, res, &out), out, nil
+}
+
+// settle deals with how a call of the conversation's own session of its sandbox ended
+// for the session, and returns the note of the call's result: a session no worker
+// could open (the script did not run) runs the call on its own, statelessly; a
+// session lost before the call (it did not run) or with it (a timeout, an output
+// limit, a crash, memory: its process was killed) is forgotten, and the next call
+// opens a new one and says so. It returns the session the call ran in (nil for
+// none), the note and the result.
+func (s *mcpServer) settle(ctx context.Context, req *mcp.CallToolRequest, job wire.Job, sess *client.Session, res *client.Result, note string) (*client.Session, string, *client.Result, error) {
+	switch res.ErrorKind {
+	case wire.KindSessionLimit:
+		s.convs.forget(req.Session, sess, "")
+		res, err := s.execute(ctx, req, job, nil)
+		return nil, "this call ran on its own, in a fresh process: every worker is at its limit of sessions, so the conversation's state is not kept for now", res, err
+	case wire.KindSessionLost:
+		s.convs.forget(req.Session, sess, "")
+		return sess, "the session was lost, and with it the variables, imports and files of earlier calls; this call did not run. The next call starts a new session.", res, nil
+	case wire.KindTimeout, wire.KindOutputLimit, wire.KindCrashed, wire.KindOOM, wire.KindCancelled:
+		s.convs.forget(req.Session, sess, "its last call ended with "+res.ErrorKind)
+		ended := "the session ended with this call (" + res.ErrorKind + "): the next call starts a new one, without the variables, imports and files of earlier calls"
+		if note != "" {
+			ended = note + "; " + ended
+		}
+		return sess, ended, res, nil
+	}
+	return sess, note, res, nil
 }
 
 // execute submits job, alone or as a call of sess, and follows it to its end.
@@ -162,11 +180,12 @@ func (s *mcpServer) execute(ctx context.Context, req *mcp.CallToolRequest, job w
 }
 
 // job makes the job of a run_python call, and finds its session: the one it names,
-// or the conversation's of its sandbox (none when the server is --stateless).
-func (s *mcpServer) job(ctx context.Context, req *mcp.CallToolRequest, in runInput) (wire.Job, *client.Session, error) {
+// or the conversation's of its sandbox (none when the server is --stateless), with a
+// note when that one is new in place of one that ended.
+func (s *mcpServer) job(ctx context.Context, req *mcp.CallToolRequest, in runInput) (wire.Job, *client.Session, string, error) {
 	job := wire.Job{Script: in.Script, Mode: wire.ModeInteractive, Sandbox: in.Sandbox, TimeoutSec: s.timeout.Seconds()}
 	if in.TimeoutSec < 0 {
-		return job, nil, fmt.Errorf("timeout_sec %v is negative", in.TimeoutSec)
+		return job, nil, "", fmt.Errorf("timeout_sec %v is negative", in.TimeoutSec)
 	}
 	if in.TimeoutSec > 0 {
 		job.TimeoutSec = min(in.TimeoutSec, job.TimeoutSec)
@@ -175,26 +194,27 @@ func (s *mcpServer) job(ctx context.Context, req *mcp.CallToolRequest, in runInp
 		job.Sandbox = s.sandbox
 	}
 	var sess *client.Session
+	var note string
 	var err error
 	switch {
 	case in.SessionID != "":
 		if sess, err = s.convs.lookup(req.Session, in.SessionID); err != nil {
-			return job, nil, err
+			return job, nil, "", err
 		}
 		job.Sandbox = sess.Sandbox
 	case !s.stateless && req.Session != nil:
 		if err := wire.ValidateID("sandbox", job.Sandbox); err != nil {
-			return job, nil, err
+			return job, nil, "", err
 		}
-		if sess, err = s.convs.session(req.Session, job.Sandbox); err != nil {
-			return job, nil, err
+		if sess, note, err = s.convs.session(req.Session, job.Sandbox); err != nil {
+			return job, nil, "", err
 		}
 	}
 	var uploads []upload
 	for _, f := range in.Files {
 		file, up, err := inputFileOf(f)
 		if err != nil {
-			return job, nil, err
+			return job, nil, "", err
 		}
 		job.Files = append(job.Files, file)
 		if up.data != nil {
@@ -206,15 +226,15 @@ func (s *mcpServer) job(ctx context.Context, req *mcp.CallToolRequest, in runInp
 	check := job
 	check.ExecutionID = client.NewExecutionID()
 	if err := check.Validate("", 0); err != nil {
-		return job, nil, err
+		return job, nil, "", err
 	}
 	for _, up := range uploads {
 		if err := s.c.PutFile(ctx, up.object, bytes.NewReader(up.data)); err != nil {
 			s.removeUploads(ctx, job.Files) // those not put yet are not found: no error
-			return job, nil, err
+			return job, nil, "", err
 		}
 	}
-	return job, sess, nil
+	return job, sess, note, nil
 }
 
 // upload is a file of a call too large to go in its job: put in the files bucket as

@@ -30,8 +30,9 @@ type conversations struct {
 type conversation struct {
 	mu        sync.Mutex                 // guards sessions and files, and is held while a session opens
 	sessions  map[string]*client.Session // by sandbox
+	ended     map[string]string          // by sandbox: why its last session ended, said by the next call (see session)
 	files     map[string]client.Artifact // by object: what resources/read may read (see readable)
-	ended     bool
+	closed    bool         // the conversation has ended
 	mcpClosed func() error // closes the MCP session
 }
 
@@ -51,7 +52,7 @@ func (cs *conversations) conv(ss *mcp.ServerSession) (*conversation, error) {
 	}
 	cv := cs.byConv[ss]
 	if cv == nil {
-		cv = &conversation{sessions: map[string]*client.Session{}, files: map[string]client.Artifact{}, mcpClosed: ss.Close}
+		cv = &conversation{sessions: map[string]*client.Session{}, ended: map[string]string{}, files: map[string]client.Artifact{}, mcpClosed: ss.Close}
 		cs.byConv[ss] = cv
 		cs.ends.Add(1)
 		go func() {
@@ -72,7 +73,7 @@ func (cs *conversations) open(ctx context.Context, ss *mcp.ServerSession, sandbo
 	}
 	cv.mu.Lock()
 	defer cv.mu.Unlock()
-	if cv.ended {
+	if cv.closed {
 		return nil, errors.New("the conversation has ended")
 	}
 	if sess := cv.sessions[sandbox]; sess != nil {
@@ -91,23 +92,28 @@ func (cs *conversations) open(ctx context.Context, ss *mcp.ServerSession, sandbo
 }
 
 // session returns the conversation's session of sandbox, a new one (opened by its
-// first call) if it has none: where run_python runs by default.
-func (cs *conversations) session(ss *mcp.ServerSession, sandbox string) (*client.Session, error) {
+// first call) if it has none: where run_python runs by default. A new one that
+// replaces a session that ended comes with a note saying so.
+func (cs *conversations) session(ss *mcp.ServerSession, sandbox string) (*client.Session, string, error) {
 	cv, err := cs.conv(ss)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	cv.mu.Lock()
 	defer cv.mu.Unlock()
-	if cv.ended {
-		return nil, errors.New("the conversation has ended")
+	if cv.closed {
+		return nil, "", errors.New("the conversation has ended")
 	}
-	sess := cv.sessions[sandbox]
+	sess, note := cv.sessions[sandbox], ""
 	if sess == nil {
 		sess = cs.c.NewSession(sandbox)
 		cv.sessions[sandbox] = sess
+		if why := cv.ended[sandbox]; why != "" {
+			note = "this call ran in a new session: the previous one ended (" + why + "), and with it the variables, imports and files of earlier calls"
+			delete(cv.ended, sandbox)
+		}
 	}
-	return sess, nil
+	return sess, note, nil
 }
 
 // maxReadable bounds the files a conversation may read back; past it, one is
@@ -170,12 +176,13 @@ func (cs *conversations) close(ctx context.Context, ss *mcp.ServerSession, id st
 	if err != nil {
 		return nil, err
 	}
-	cs.forget(ss, sess)
+	cs.forget(ss, sess, "")
 	return sess, sess.Close(ctx)
 }
 
-// forget takes a session out of its conversation: closed, or lost on the fleet.
-func (cs *conversations) forget(ss *mcp.ServerSession, sess *client.Session) {
+// forget takes a session out of its conversation: closed, or lost on the fleet (why,
+// which the next call of its sandbox says; empty for a session closed on purpose).
+func (cs *conversations) forget(ss *mcp.ServerSession, sess *client.Session, why string) {
 	cs.mu.Lock()
 	cv := cs.byConv[ss]
 	cs.mu.Unlock()
@@ -186,6 +193,9 @@ func (cs *conversations) forget(ss *mcp.ServerSession, sess *client.Session) {
 	defer cv.mu.Unlock()
 	if cv.sessions[sess.Sandbox] == sess {
 		delete(cv.sessions, sess.Sandbox)
+		if why != "" {
+			cv.ended[sess.Sandbox] = why
+		}
 	}
 }
 
@@ -199,7 +209,7 @@ func (cs *conversations) end(ss *mcp.ServerSession) {
 		return
 	}
 	cv.mu.Lock() // after an open under way
-	cv.ended = true
+	cv.closed = true
 	sessions := cv.sessions
 	cv.sessions = nil
 	cv.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image/png"
 	"io"
 	"net/http"
@@ -181,6 +182,8 @@ func TestMCPServesTheFleet(t *testing.T) {
 			c := dial(t, tr, srv.ClientURL())
 			t.Run("the tool list has run_python, list_sandboxes and the session tools", func(t *testing.T) { testToolList(t, c) })
 			t.Run("a run returns its result and output", func(t *testing.T) { testRunResult(t, c) })
+			t.Run("plain calls keep the conversation's state, not another's", func(t *testing.T) { testStateKept(t, c, tr, srv.ClientURL()) })
+			t.Run("long output is cut to its head and tail, the whole a resource", func(t *testing.T) { testCut(t, c) })
 			t.Run("an exception is an error result with its traceback", func(t *testing.T) { testException(t, c) })
 			t.Run("a script past its timeout is a timeout error", func(t *testing.T) { testTimeout(t, c) })
 			t.Run("events arrive as progress while the script runs", func(t *testing.T) { testProgress(t, c, nc) })
@@ -277,13 +280,73 @@ func testRunResult(t *testing.T, c *mcpConn) {
 		t.Fatalf("an error result: %s", textOf(res))
 	}
 	out := structured[runOutput](t, res)
-	if !out.Success || valueText(out.Result) != `{"raw":3,"words":3}` || out.Stdout != "hello from the sandbox\n" || out.ExecutionID == "" {
+	if result, _ := json.Marshal(out.Result); !out.Success || string(result) != `{"raw":3,"words":3}` || out.Stdout != "hello from the sandbox\n" || out.ExecutionID == "" {
 		t.Errorf("structured output %+v", out)
 	}
 	for _, want := range []string{`result: {"raw":3,"words":3}`, "stdout:\nhello from the sandbox", "success"} {
 		if !strings.Contains(textOf(res), want) {
 			t.Errorf("the text lacks %q:\n%s", want, textOf(res))
 		}
+	}
+}
+
+func testStateKept(t *testing.T, c *mcpConn, tr mcpTransport, natsURL string) {
+	if res := c.call(t, "run_python", map[string]any{"script": "x = 41\nimport math"}); res.IsError {
+		t.Fatalf("first call: %s", textOf(res))
+	}
+	res := c.call(t, "run_python", map[string]any{"script": "x + 1"})
+	out := structured[runOutput](t, res)
+	if res.IsError || out.Out["text/plain"] != "42" || out.SessionID == "" || out.Result != float64(42) {
+		t.Fatalf("second call: %s, want Out 42 from the first call's x", textOf(res))
+	}
+	first := strings.SplitN(textOf(res), "\n", 2)[0]
+	if !strings.Contains(textOf(res), fmt.Sprintf("Out[%d]: 42\n", out.ExecutionCount)) || out.ExecutionCount < 2 ||
+		!strings.Contains(first, "CPU ") || !strings.Contains(first, "peak memory ") || !strings.Contains(first, out.SessionID) {
+		t.Errorf("the text does not show Out as IPython does, or its first line what the run cost:\n%s", textOf(res))
+	}
+	other := dial(t, tr, natsURL)
+	res = other.call(t, "run_python", map[string]any{"script": "x"})
+	if o := structured[runOutput](t, res); !res.IsError || o.Error != "NameError: name 'x' is not defined" || o.SessionID == out.SessionID {
+		t.Errorf("another conversation's call: %s, want its own session, where x is not defined", textOf(res))
+	}
+}
+
+func testCut(t *testing.T, c *mcpConn) {
+	res := c.call(t, "run_python", map[string]any{"script": "for i in range(100_000):\n    print(i)"})
+	out := structured[runOutput](t, res)
+	var whole strings.Builder
+	for i := range 100_000 {
+		fmt.Fprintf(&whole, "%d\n", i)
+	}
+	if res.IsError || len(out.Cut) != 1 || out.Cut[0].Field != "stdout" || out.Cut[0].Lines != 100_000-2*cutLines {
+		t.Fatalf("result %s, cut %+v: want stdout cut", textOf(res), out.Cut)
+	}
+	uri := out.Cut[0].URI
+	marker := fmt.Sprintf("\n59\n… %d lines (%d bytes) left out … (the whole: %s)\n99940\n", 100_000-2*cutLines, out.Cut[0].Bytes, uri)
+	if !strings.Contains(textOf(res), marker) || !strings.HasSuffix(strings.TrimSpace(out.Stdout), "99999") || !strings.HasPrefix(out.Stdout, "0\n1\n") {
+		t.Errorf("the text lacks %q:\n%.2000s", marker, textOf(res))
+	}
+	if b, _ := json.Marshal(res.StructuredContent); len(b) > 3*cutBytes {
+		t.Errorf("the structured content holds %d bytes: the output twice?", len(b))
+	}
+	var link *mcp.ResourceLink
+	for _, content := range res.Content {
+		if l, ok := content.(*mcp.ResourceLink); ok {
+			link = l
+		}
+	}
+	if link == nil || link.URI != uri || *link.Size != int64(whole.Len()) {
+		t.Fatalf("no resource link to the whole stdout: %+v", link)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	read, err := c.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+	if err != nil || len(read.Contents) != 1 || read.Contents[0].Text != whole.String() {
+		t.Fatalf("read %s: %v, want the whole stdout", uri, err)
+	}
+	// What the conversation was not named is not found, whatever the bucket holds.
+	if _, err := c.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: strings.Replace(uri, "stdout", "stderr", 1)}); err == nil {
+		t.Error("read an object no result named")
 	}
 }
 
