@@ -37,6 +37,10 @@ datascience-image: ## Build the datascience sandbox's base image: the base image
 	BASE_IMAGE=$(DATASCIENCE_IMAGE) EXTRA_PACKAGES="$(DATASCIENCE_PACKAGES)" EXTRA_ENV=MPLBACKEND=Agg \
 	  SMOKE_TEST=deploy/base-image/datascience-smoke.py ./deploy/base-image/build.sh
 
+.PHONY: ipython-reference
+ipython-reference: datascience-image ## Record IPython's answers to the MCP comparison cells (cmd/worker/testdata/ipython) with Debian's ipython3 on the datascience base image
+	DATASCIENCE_IMAGE=$(DATASCIENCE_IMAGE) ./cmd/worker/testdata/ipython/record.sh
+
 .PHONY: lint
 lint: ## gofmt, go vet, and a syntax check of the harness
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
