@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from . import config, hints, system
+from . import config, display, hints, system
 from . import protocol as p
 from .child import warm_up
 from .tools import load_tools, preload
@@ -52,6 +52,7 @@ def prepare():
     if config.IN_CONTAINER and not os.environ.get("JAZZMINE_EGRESS_SOCKET"):
         hints.install_network_hints()  # no network: its errors say so (see hints)
     preload_errors = preload(config.PRELOAD)
+    display.as_in_a_notebook()
     tools, tool_errors = load_tools(config.TOOLS_DIR)
     warm_up(tools)
     gc.collect()

@@ -17,6 +17,7 @@ import traceback
 
 from . import config, display, egress, hints, system, values
 from . import protocol as p
+from .tools import CO_COROUTINE
 
 # The largest JSON form of a last expression's value sent as the execution's result
 # (final_result) when the script emits none: a larger value is sent as its text/plain,
@@ -321,7 +322,7 @@ def compile_cell(source):
     is the SyntaxError it is (hints.for_exception says what to do instead)."""
     for _ in range(100):
         try:
-            tree = compile(source, "<script>", "exec", ast.PyCF_ONLY_AST)
+            tree = compile(source, "<script>", "exec", ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
             break
         except SyntaxError as e:
             stripped = hints.strip_noop_magics(source, e.lineno)
@@ -331,8 +332,24 @@ def compile_cell(source):
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr) and not _silenced(source, tree.body[-1]):
         node = tree.body.pop()
-        last = compile(ast.Expression(node.value), "<script>", "eval")
-    return compile(tree, "<script>", "exec"), last
+        last = compile(ast.Expression(node.value), "<script>", "eval", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    return compile(tree, "<script>", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT), last
+
+
+def run_code(code, g):
+    """Runs code (compile_cell's) in g and returns its value: a cell with a top-level
+    await (IPython runs those) is a coroutine, run to its end on an event loop of its
+    own."""
+    value = eval(code, g)
+    if code.co_flags & CO_COROUTINE:
+        import asyncio  # for such cells only: 4 MB that every fork would copy
+
+        loop = asyncio.new_event_loop()
+        try:
+            value = loop.run_until_complete(value)
+        finally:
+            loop.close()
+    return value
 
 
 def _silenced(source, node):
@@ -449,9 +466,9 @@ def run_script(io_, req, tools, g=None, count=1):
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             code, last = compile_cell(source)
-            exec(code, g)
+            run_code(code, g)
             if last is not None:
-                show_value(io_, g, eval(last, g), count, state)
+                show_value(io_, g, run_code(last, g), count, state)
         except ScriptTimeout:
             raise
         except BaseException:
@@ -464,7 +481,9 @@ def run_script(io_, req, tools, g=None, count=1):
     except ScriptTimeout:
         error = {"type": p.ERROR, "kind": p.KIND_TIMEOUT, "error": p.timed_out(timeout)}
     except SystemExit as e:
-        error = {"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "Script called sys.exit(%s)" % ("" if e.code is None else repr(e.code))}
+        # As IPython says it: the script ends there, with this error; the process,
+        # and a session, go on.
+        error = {"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "SystemExit" if e.code is None else "SystemExit: %s" % (e.code,)}
     except BaseException as e:
         error = {"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "%s: %s" % (type(e).__name__, e), "traceback": script_traceback(e)}
         try:

@@ -63,9 +63,30 @@ def make_display(io_):
     return display
 
 
+def as_in_a_notebook():
+    """Sets what a library decides by whether it runs in a notebook as a Jupyter kernel
+    has it, where it is loaded: pandas shows at most 20 columns of a frame, wrapping
+    its text table, where in a terminal (which is what pandas takes any process
+    without IPython for) it fits the frame to the terminal's width with '...'. A
+    script may set it otherwise. Called once the preloaded modules are, and before a
+    value is shown."""
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and not _as_in_a_notebook["pandas"]:
+        _as_in_a_notebook["pandas"] = True
+        try:
+            if pandas.get_option("display.max_columns") == 0:
+                pandas.set_option("display.max_columns", 20)
+        except Exception:
+            pass
+
+
+_as_in_a_notebook = {"pandas": False}
+
+
 def plain(obj):
     """obj's text/plain, as IPython's PlainTextFormatter writes it: IPython's pretty
     printer at 79 columns, at most 1,000 items of a sequence."""
+    as_in_a_notebook()
     stream = StringIO()
     printer = pretty.RepresentationPrinter(stream, False, 79, "\n", max_seq_length=pretty.MAX_SEQ_LENGTH)
     printer.pretty(obj)

@@ -44,8 +44,9 @@ class ImportsTest(unittest.TestCase):
         # which tool_specs imports in the harness for its ready event: before any script,
         # after the zygote is forked, so that no child has it; and server, which boot imports
         # then for the same reason (with the modules only it uses). And inspect again in
-        # pretty, IPython's printer, only to show a function (see its header).
-        allowed = {("boot.py", None), ("tools.py", "asyncio"), ("tools.py", "inspect"), ("pretty.py", "inspect"), ("mpl.py", "matplotlib.backend_bases"), ("mpl.py", "matplotlib.backends.backend_agg")}
+        # pretty, IPython's printer, only to show a function (see its header). And asyncio
+        # in child, for a script with a top-level await.
+        allowed = {("boot.py", None), ("tools.py", "asyncio"), ("child.py", "asyncio"), ("tools.py", "inspect"), ("pretty.py", "inspect"), ("mpl.py", "matplotlib.backend_bases"), ("mpl.py", "matplotlib.backends.backend_agg")}
         for name in sorted(os.listdir(PACKAGE_DIR)):
             if not name.endswith(".py"):
                 continue

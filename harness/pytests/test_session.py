@@ -138,7 +138,7 @@ emit_result(proc.pid)
 
     def test_sys_exit_is_an_error_and_the_session_goes_on(self):
         self.call("x = 5", mode="interactive")
-        self.assertEqual(self.errors(self.call("import sys\nsys.exit(2)")), [("script", "Script called sys.exit(2)")])
+        self.assertEqual(self.errors(self.call("import sys\nsys.exit(2)")), [("script", "SystemExit: 2")])
         self.assertEqual(self.result(self.call("emit_result(x)")), 5)
 
     def test_a_reset_kills_the_sessions_processes_wipes_and_a_later_execute_is_stateless(self):
