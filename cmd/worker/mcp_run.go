@@ -50,12 +50,12 @@ type runOutput struct {
 	CPUMS          float64           `json:"cpu_ms,omitempty" jsonschema:"CPU time the execution used, in milliseconds"`
 	PeakMemory     int64             `json:"peak_memory_bytes,omitempty" jsonschema:"the peak resident memory of the script's process"`
 	Note           string            `json:"note,omitempty" jsonschema:"what the server did with the conversation's session for this call"`
-	Intermediates []intermediate `json:"intermediates,omitempty"`
-	Logs          []logLine      `json:"logs,omitempty"`
-	Displays      []displayOut   `json:"displays,omitempty" jsonschema:"what the script displayed; images come as image content"`
-	Artifacts     []fileOut      `json:"artifacts,omitempty" jsonschema:"the files the script left in out/; small ones come as embedded resources"`
-	DurationMS    int64          `json:"duration_ms"`
-	SessionID     string         `json:"session_id,omitempty"`
+	Intermediates  []intermediate    `json:"intermediates,omitempty"`
+	Logs           []logLine         `json:"logs,omitempty"`
+	Displays       []displayOut      `json:"displays,omitempty" jsonschema:"what the script displayed; images come as image content"`
+	Artifacts      []fileOut         `json:"artifacts,omitempty" jsonschema:"the files the script left in out/; small ones come as embedded resources"`
+	DurationMS     int64             `json:"duration_ms"`
+	SessionID      string            `json:"session_id,omitempty"`
 }
 
 // cutOut is a text of the call's output cut to its head and tail (see headTail).

@@ -32,8 +32,8 @@ type conversation struct {
 	sessions  map[string]*client.Session // by sandbox
 	ended     map[string]string          // by sandbox: why its last session ended, said by the next call (see session)
 	files     map[string]client.Artifact // by object: what resources/read may read (see readable)
-	closed    bool         // the conversation has ended
-	mcpClosed func() error // closes the MCP session
+	closed    bool                       // the conversation has ended
+	mcpClosed func() error               // closes the MCP session
 }
 
 func newConversations(c *client.Client, log *slog.Logger) *conversations {
