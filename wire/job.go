@@ -8,11 +8,14 @@ import (
 
 // Modes of a job.
 const (
-	// ModePlan, the default, makes a script succeed only when it calls
-	// emit_result(); a script that ends without a result fails.
+	// ModePlan, the default on the wire, makes a script succeed only when it
+	// gives a result: it ends with an expression (its value is the result,
+	// see EventExecuteResult) or calls emit_result(); a script that ends
+	// without one fails.
 	ModePlan = "plan"
-	// ModeInteractive lets a script that ends without a result succeed with
-	// no data.
+	// ModeInteractive, what the Go client and the CLI send unless told
+	// otherwise, lets a script succeed without a result, as a notebook cell
+	// does.
 	ModeInteractive = "interactive"
 )
 

@@ -1,6 +1,6 @@
 """The JSON form of a script's values: what emit_result, emit_intermediate and the value
 of a script's last expression become in the events. Every value has one form, or is
-refused with an error that names where in the value it is (docs/CONTRACT.md, "Values"):
+refused with an error that names where in the value it is (docs/ANSWERS.md, "Values"):
 
 - None, bool, str, int of at most 64 bits, finite float: themselves;
 - NaN, inf and -inf: null, and their places are listed beside the value (nonfinite), so
