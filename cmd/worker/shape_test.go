@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/jazzmine/worker/wire"
 )
 
 func TestHeadTailKeepsShortTextWholeAndCutsLongTextToItsEnds(t *testing.T) {
@@ -46,4 +48,46 @@ func TestHeadTailKeepsShortTextWholeAndCutsLongTextToItsEnds(t *testing.T) {
 			t.Errorf("headTail split a character: %q ... %q", got[:20], got[len(got)-20:])
 		}
 	})
+}
+
+// TestSubmitShowsTheHeadAndTailOfALongOutput feeds worker submit's text view the
+// events of a script that printed 100,000 lines, then an Out and its end: the first
+// lines come as they are printed, then a line says what was left out, then the last
+// lines, before the Out; the end carries what the run cost. --json prints every event.
+func TestSubmitShowsTheHeadAndTailOfALongOutput(t *testing.T) {
+	var events []*wire.Event
+	var chunk strings.Builder
+	for i := range 100_000 {
+		fmt.Fprintf(&chunk, "%d\n", i)
+		if chunk.Len() > 30_000 || i == 99_999 {
+			events = append(events, &wire.Event{Type: wire.EventStdout, Text: chunk.String()})
+			chunk.Reset()
+		}
+	}
+	events = append(events,
+		&wire.Event{Type: wire.EventExecuteResult, ExecutionCount: 1, Data: map[string]any{"text/plain": "42"}},
+		&wire.Event{Type: wire.EventFinalResult, Data: int64(42)},
+		&wire.Event{Type: wire.EventScriptDone, Success: true, DurationMS: 80, CPUMS: 51.25, PeakMemoryBytes: 17 << 20})
+	var out strings.Builder
+	p := &printer{w: &out}
+	for _, ev := range events {
+		p.print(ev)
+	}
+	got := out.String()
+	lines := strings.Split(strings.TrimRight(got, "\n"), "\n")
+	if len(lines) != 2*cutLines+3 {
+		t.Fatalf("%d lines printed, want %d:\n%s", len(lines), 2*cutLines+3, got)
+	}
+	if !strings.HasPrefix(lines[0], "  stdout        0") || !strings.HasSuffix(lines[cutLines-1], " 59") {
+		t.Errorf("the head is not the first %d lines: %q ... %q", cutLines, lines[0], lines[cutLines-1])
+	}
+	if !strings.Contains(lines[cutLines], "… 99880 lines (") || !strings.HasSuffix(lines[cutLines], "left out … (worker submit --json shows the whole)") {
+		t.Errorf("no marker after the head: %q", lines[cutLines])
+	}
+	if !strings.HasSuffix(lines[2*cutLines], " 99999") || lines[2*cutLines+1] != "                Out[1]: 42" {
+		t.Errorf("the tail does not end with the last line before the Out: %q, %q", lines[2*cutLines], lines[2*cutLines+1])
+	}
+	if want := "done: success in 80 ms; CPU 51.2 ms, peak memory 17.0 MiB (0 bytes of output)"; lines[len(lines)-1] != want {
+		t.Errorf("the end %q, want %q", lines[len(lines)-1], want)
+	}
 }
