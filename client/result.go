@@ -38,6 +38,9 @@ type Result struct {
 	// ExecutionCount numbers Value among its session's calls (1 outside a
 	// session); 0 without a Value.
 	ExecutionCount int
+	// FinalDataIsValue reports that FinalData is Value's JSON form (or its
+	// text): the script emitted no result of its own.
+	FinalDataIsValue bool
 
 	// Error is script_done's error, or else the message of the first error
 	// event; empty on success.
@@ -108,8 +111,9 @@ type collector struct {
 type attempt struct {
 	res            Result
 	stdout, stderr strings.Builder
-	finalResult    any  // data of the last final_result event
-	sawError       bool // an error event has set ErrorKind and Traceback
+	finalResult    any    // data of the last final_result event
+	sawError       bool   // an error event has set ErrorKind and Traceback
+	lastType       string // the type of the attempt's last event before this one
 }
 
 // add folds ev into its attempt's Result, and returns that Result, complete,
@@ -126,6 +130,7 @@ func (c *collector) add(ev *wire.Event) *Result {
 	if ev.WorkerID != "" {
 		a.res.WorkerID = ev.WorkerID
 	}
+	defer func() { a.lastType = ev.Type }()
 	switch ev.Type {
 	case wire.EventIntermediate:
 		a.res.Intermediates = append(a.res.Intermediates, Intermediate{Label: ev.Label, Data: ev.Data})
@@ -137,6 +142,9 @@ func (c *collector) add(ev *wire.Event) *Result {
 		a.stderr.WriteString(ev.Text)
 	case wire.EventFinalResult:
 		a.finalResult = ev.Data
+		// The harness sends the value of the last expression as the result right
+		// after its execute_result, when the script emitted none.
+		a.res.FinalDataIsValue = a.lastType == wire.EventExecuteResult
 	case wire.EventError:
 		if !a.sawError {
 			a.sawError = true

@@ -69,15 +69,15 @@ type Result struct {
 	FinalData   json.RawMessage `json:"final_data,omitempty"`
 	// FinalNonfinite are the places of FinalData's NaNs and infinities, which its JSON
 	// has as null (see [wire.WithNonfinite]).
-	FinalNonfinite []wire.Nonfinite `json:"-"`
-	Intermediates  []Intermediate   `json:"intermediates,omitempty"`
-	Logs           []Log            `json:"logs,omitempty"`
-	Error          string           `json:"error,omitempty"`
-	ErrorKind      string           `json:"error_kind,omitempty"`
-	Traceback      string           `json:"traceback,omitempty"`
-	Hint           string           `json:"hint,omitempty"`
-	DurationMS     int64            `json:"duration_ms"`
-	OutputBytes    int64            `json:"output_bytes"`
+	FinalNonfinite wire.Nonfinites `json:"-"`
+	Intermediates  []Intermediate  `json:"intermediates,omitempty"`
+	Logs           []Log           `json:"logs,omitempty"`
+	Error          string          `json:"error,omitempty"`
+	ErrorKind      string          `json:"error_kind,omitempty"`
+	Traceback      string          `json:"traceback,omitempty"`
+	Hint           string          `json:"hint,omitempty"`
+	DurationMS     int64           `json:"duration_ms"`
+	OutputBytes    int64           `json:"output_bytes"`
 	// CPUMS is the CPU time of the execution in milliseconds, as the harness counted
 	// it (its container's cgroup, or what the script's process said where there is no
 	// cgroup to read); PeakMemoryBytes the peak resident memory of the script's
@@ -166,6 +166,7 @@ type run struct {
 
 	nonce     string // of the execute: its script_done must carry it
 	gotResult bool
+	gotValue  bool // an execute_result: a result in plan mode too
 	gotError  bool
 	done      bool
 
@@ -315,14 +316,16 @@ func (r *run) deliver(ctx context.Context, ev Event) error {
 		r.done = true
 		r.res.ExitCode, r.res.Signal = ev.ExitCode, ev.Signal
 		r.res.CPUMS, r.res.PeakMemoryBytes = ev.CPUMS, ev.PeakMemoryBytes
-		if r.req.Mode == ModePlan && !r.gotResult && !r.gotError {
+		if r.req.Mode == ModePlan && !r.gotResult && !r.gotValue && !r.gotError {
 			// The harness reports this itself; this guards against one that does not.
 			if err := r.deliver(ctx, Event{Type: wire.EventError, ExecutionID: r.req.ExecutionID, Kind: wire.KindScript,
 				Error: ErrNoResult, Hint: NoResultHint}); err != nil {
 				return err
 			}
 		}
-	case wire.EventStdout, wire.EventStderr, wire.EventArtifact, wire.EventDisplay, wire.EventExecuteResult:
+	case wire.EventExecuteResult:
+		r.gotValue = true
+	case wire.EventStdout, wire.EventStderr, wire.EventArtifact, wire.EventDisplay:
 	default:
 		return nil // not part of an execution's stream
 	}
@@ -427,7 +430,7 @@ func (r *run) finish() {
 	case r.gotError:
 		r.res.Success = false
 	case r.req.Mode == ModePlan:
-		r.res.Success = r.gotResult
+		r.res.Success = r.gotResult || r.gotValue
 	default:
 		r.res.Success = r.done
 	}

@@ -125,7 +125,7 @@ type Event struct {
 	Hint        string          `json:"hint,omitempty"`
 	// Nonfinite are the places of the NaNs and infinities of Data, which its JSON
 	// has as null (see [wire.WithNonfinite]).
-	Nonfinite []wire.Nonfinite `json:"nonfinite,omitempty"`
+	Nonfinite wire.Nonfinites `json:"nonfinite,omitempty"`
 	// ExecutionCount numbers an execute_result among its session's calls.
 	ExecutionCount int     `json:"execution_count,omitempty"`
 	ExitCode       *int    `json:"exit_code,omitempty"`

@@ -345,7 +345,7 @@ func isNaN(v any) bool {
 }
 
 func TestWithNonfinitePutsTheFloatsBackWhereTheHarnessSaysNullStandsForThem(t *testing.T) {
-	var places []wire.Nonfinite
+	var places wire.Nonfinites
 	if err := json.Unmarshal([]byte(`[[[], "nan"]]`), &places); err != nil {
 		t.Fatal(err)
 	}
@@ -516,6 +516,15 @@ func TestRawJSONNullDataIsLeftOutOfMsgpackAndWrittenNullInJSON(t *testing.T) {
 		m = encodeToMap(t, wire.ContentTypeJSON, func(ct string) ([]byte, error) { return wire.EncodeEvent(ct, &e) })
 		if v, ok := m["data"]; !ok || v != nil {
 			t.Errorf("raw %q: JSON carries data %#v (present: %v), want null", raw, v, ok)
+		}
+	}
+}
+
+func TestNonfinitesRefusePlacesThatAreNotAPathAndAValue(t *testing.T) {
+	for _, in := range []string{`[["x"]]`, `[[[], 1]]`, `[["a", "nan"]]`, `[[]]`, `{}`} {
+		var places wire.Nonfinites
+		if err := json.Unmarshal([]byte(in), &places); err == nil {
+			t.Errorf("places %s decoded as %v, want an error", in, places)
 		}
 	}
 }

@@ -281,18 +281,34 @@ type Nonfinite struct {
 	Value string
 }
 
-// UnmarshalJSON reads a place as the harness writes it: [path, value].
-func (n *Nonfinite) UnmarshalJSON(b []byte) error {
-	var pair [2]json.RawMessage
-	if err := json.Unmarshal(b, &pair); err != nil {
-		return fmt.Errorf("a non-finite float's place: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(pair[0]))
+// Nonfinites are the places of a value's NaNs and infinities, as the harness
+// sends them: [[path, value], ...].
+type Nonfinites []Nonfinite
+
+// UnmarshalJSON reads the places as the harness writes them, with one decoder
+// for them all (one for each cost 8 µs a place); a place that is not [path,
+// value] is an error.
+func (n *Nonfinites) UnmarshalJSON(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	if err := dec.Decode(&n.Path); err != nil {
-		return fmt.Errorf("a non-finite float's path: %w", err)
+	var places [][]any
+	if err := dec.Decode(&places); err != nil {
+		return fmt.Errorf("the places of non-finite floats: %w", err)
 	}
-	return json.Unmarshal(pair[1], &n.Value)
+	out := make(Nonfinites, 0, len(places))
+	for _, p := range places {
+		if len(p) != 2 {
+			return fmt.Errorf("a non-finite float's place is not [path, value]: %v", p)
+		}
+		path, ok := p[0].([]any)
+		value, ok2 := p[1].(string)
+		if !ok || !ok2 {
+			return fmt.Errorf("a non-finite float's place is not [path, value]: %v", p)
+		}
+		out = append(out, Nonfinite{Path: path, Value: value})
+	}
+	*n = out
+	return nil
 }
 
 // WithNonfinite returns the values of Event.Data that raw, a JSON value,
@@ -300,7 +316,7 @@ func (n *Nonfinite) UnmarshalJSON(b []byte) error {
 // that names nothing, or something other than null, or a value other than
 // "nan", "inf" and "-inf", is ignored: the harness is trusted to send
 // them, not to send them right. Without places it returns raw itself.
-func WithNonfinite(raw json.RawMessage, places []Nonfinite) (any, error) {
+func WithNonfinite(raw json.RawMessage, places Nonfinites) (any, error) {
 	if len(places) == 0 {
 		return raw, nil
 	}

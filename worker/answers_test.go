@@ -176,6 +176,15 @@ func formOf(ev *wire.Event, mime string) string {
 	return s
 }
 
+// zeros is numpy's repr of np.zeros((5000, 5000)).
+const zeros = "array([[0., 0., 0., ..., 0., 0., 0.],\n" +
+	"       [0., 0., 0., ..., 0., 0., 0.],\n" +
+	"       [0., 0., 0., ..., 0., 0., 0.],\n" +
+	"       ...,\n" +
+	"       [0., 0., 0., ..., 0., 0., 0.],\n" +
+	"       [0., 0., 0., ..., 0., 0., 0.],\n" +
+	"       [0., 0., 0., ..., 0., 0., 0.]])"
+
 // TestDataScienceValuesEndWellAndEveryExecutionDrawsFreshNumbers runs what numpy and
 // pandas make through the datascience sandbox (a NaN from an empty mean, numpy
 // scalars and arrays, a DataFrame), each ending in its documented form, and six
@@ -209,6 +218,9 @@ func TestDataScienceValuesEndWellAndEveryExecutionDrawsFreshNumbers(t *testing.T
 			map[string]any{"columns": []any{"a", "b"}, "index": []any{int64(0), int64(1)}, "data": []any{[]any{int64(1), 0.5}, []any{int64(2), nan}}},
 			"   a    b\n0  1  0.5\n1  2  NaN"},
 		{"a timestamp and NaT", "import pandas as pd\nemit_result([pd.Timestamp('2024-05-01 12:00'), pd.NaT])", []any{"2024-05-01T12:00:00", nil}, ""},
+		// Its JSON form would be 25 million numbers: its text is the result, and the
+		// array is never converted (that ran out of the sandbox's 1 GiB).
+		{"a 200 MB array on the last line", "import numpy as np\nnp.zeros((5000, 5000))", zeros, zeros},
 	}
 	for _, v := range values {
 		t.Run(v.name, func(t *testing.T) {

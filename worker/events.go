@@ -343,7 +343,7 @@ func rawOrNil(b []byte) any {
 // dataOf is the data of a harness event: its raw JSON, with the NaNs and infinities
 // its places name put back (raw JSON that does not decode stays raw, and fails to
 // encode as any such does: see publish).
-func dataOf(b []byte, places []wire.Nonfinite) any {
+func dataOf(b []byte, places wire.Nonfinites) any {
 	if b == nil || len(places) == 0 {
 		return rawOrNil(b)
 	}

@@ -352,7 +352,7 @@ display("just text")`})
 	if b := a.download(d.Image); string(b) != svg {
 		t.Errorf("the SVG object holds %q", b)
 	}
-	if d := res.Displays[1]; d.Data["text/plain"] != "just text" || d.Image != nil {
-		t.Errorf("display of a str: %+v", d)
+	if d := res.Displays[1]; d.Data["text/plain"] != "'just text'" || d.Image != nil {
+		t.Errorf("display of a str: %+v, want its repr, as IPython shows it", d)
 	}
 }

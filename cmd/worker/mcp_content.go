@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strings"
 	"unicode/utf8"
 
@@ -47,10 +48,11 @@ func (s *mcpServer) content(ctx context.Context, ss *mcp.ServerSession, res *cli
 	out.Stderr = s.cutText(ctx, ss, res, "stderr", res.Stderr, out, &extra)
 	section("stderr", out.Stderr)
 	f := fetcher{c: s.c, budget: maxInlineFiles, convs: s.convs, ss: ss}
-	switch {
-	case res.Value != nil:
-		outPrompt(&text, res.ExecutionCount, res.Value.Data["text/plain"])
-		extra = append(extra, forms(fmt.Sprintf("Out[%d]", max(res.ExecutionCount, 1)), res.Value.Data)...)
+	if res.Value != nil {
+		out.Out = cutForms(res.Value.Data)
+		out.Out["text/plain"] = s.cutText(ctx, ss, res, "out", res.Value.Data["text/plain"], out, &extra)
+		outPrompt(&text, res.ExecutionCount, out.Out["text/plain"])
+		extra = append(extra, forms(fmt.Sprintf("Out[%d]", max(res.ExecutionCount, 1)), out.Out)...)
 		if img := res.Value.Image; img != nil {
 			c, note := f.image(ctx, img)
 			fmt.Fprintf(&text, "  image %s (%s, %d bytes)%s\n", img.Path, img.ContentType, img.Size, note)
@@ -58,11 +60,16 @@ func (s *mcpServer) content(ctx context.Context, ss *mcp.ServerSession, res *cli
 				extra = append(extra, c)
 			}
 		}
-	case res.FinalData != nil:
+	}
+	if res.FinalData != nil && !res.FinalDataIsValue {
 		fmt.Fprintf(&text, "result: %s\n", valueText(res.FinalData))
 	}
+	if res.FinalDataIsValue {
+		out.Result = nil // Out says it: not a second copy
+	}
 	if !res.Success {
-		fmt.Fprintf(&text, "error (%s): %s\n", res.ErrorKind, res.Error)
+		out.Error = s.cutText(ctx, ss, res, "error", res.Error, out, &extra)
+		fmt.Fprintf(&text, "error (%s): %s\n", res.ErrorKind, out.Error)
 		out.Traceback = s.cutText(ctx, ss, res, "traceback", res.Traceback, out, &extra)
 		section("traceback", out.Traceback)
 		if res.Hint != "" {
@@ -76,8 +83,9 @@ func (s *mcpServer) content(ctx context.Context, ss *mcp.ServerSession, res *cli
 		fmt.Fprintf(&text, "log %s: %s\n", l.Level, l.Message)
 	}
 	for i, d := range res.Displays {
-		fmt.Fprintf(&text, "display %d: %s\n", i+1, d.Data["text/plain"])
-		extra = append(extra, forms(fmt.Sprintf("display %d", i+1), d.Data)...)
+		out.Displays[i].Data = cutForms(d.Data)
+		fmt.Fprintf(&text, "display %d: %s\n", i+1, out.Displays[i].Data["text/plain"])
+		extra = append(extra, forms(fmt.Sprintf("display %d", i+1), out.Displays[i].Data)...)
 		if d.Image != nil {
 			c, note := f.image(ctx, d.Image)
 			out.Displays[i].Image.Included = c != nil
@@ -116,14 +124,31 @@ func status(b *strings.Builder, res *client.Result, session string) {
 	b.WriteString(")\n")
 }
 
-// forms are an object's text forms but text/plain (HTML, Markdown...), each a text
-// content of its own, named by what showed them.
+// forms are an object's other text forms (Markdown, HTML...), each a text content of
+// its own named by what showed them, when its text/plain says nothing of it (the
+// default repr, "<Card object at 0x...>"): a DataFrame's text table is all a model
+// needs, and its HTML would say it again.
 func forms(what string, data map[string]string) []mcp.Content {
+	if !defaultRepr.MatchString(data["text/plain"]) {
+		return nil
+	}
 	var out []mcp.Content
 	for _, mime := range []string{"text/markdown", "text/html", "text/latex", "application/json"} {
 		if form, ok := data[mime]; ok {
 			out = append(out, &mcp.TextContent{Text: fmt.Sprintf("%s (%s):\n%s", what, mime, form)})
 		}
+	}
+	return out
+}
+
+// defaultRepr matches the text/plain of an object without a repr of its own.
+var defaultRepr = regexp.MustCompile(`^<[\w.]+( object)? at 0x[0-9a-f]+>$|^$`)
+
+// cutForms is a copy of an object's text forms each cut to its head and tail.
+func cutForms(data map[string]string) map[string]string {
+	out := make(map[string]string, len(data))
+	for mime, form := range data {
+		out[mime], _ = headTail(form)
 	}
 	return out
 }

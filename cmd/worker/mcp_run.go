@@ -60,7 +60,7 @@ type runOutput struct {
 
 // cutOut is a text of the call's output cut to its head and tail (see headTail).
 type cutOut struct {
-	Field string `json:"field" jsonschema:"stdout, stderr or traceback"`
+	Field string `json:"field" jsonschema:"stdout, stderr, traceback, error or out (Out's text/plain)"`
 	leftOut
 	URI string `json:"uri,omitempty" jsonschema:"the whole text, a resource of this server (resources/read)"`
 }

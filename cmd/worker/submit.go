@@ -242,7 +242,14 @@ func (p *printer) print(ev *wire.Event) {
 	if ev.Attempt > 1 {
 		attempt = fmt.Sprintf(" (attempt %d)", ev.Attempt)
 	}
-	if ev.Type != wire.EventStdout && ev.Type != wire.EventStderr {
+	switch ev.Type {
+	case wire.EventStdout, wire.EventStderr:
+	case wire.EventLog, wire.EventIntermediate:
+		if p.held != nil { // in the midst of a long output: held with it, in its order
+			p.output(ev.Type, p.describe(ev)+"\n")
+			return
+		}
+	default:
 		p.flushTail() // the output so far ends before what comes next
 	}
 	switch ev.Type {
@@ -250,10 +257,8 @@ func (p *printer) print(ev *wire.Event) {
 		p.line("started", fmt.Sprintf("container %s on worker %s%s", ev.ContainerID, ev.WorkerID, attempt))
 	case wire.EventStdout, wire.EventStderr:
 		p.output(ev.Type, ev.Text)
-	case wire.EventIntermediate:
-		p.line("intermediate", ev.Label+" "+valueText(ev.Data))
-	case wire.EventLog:
-		p.line("log", ev.Level+": "+ev.Message)
+	case wire.EventIntermediate, wire.EventLog:
+		p.line(ev.Type, p.describe(ev))
 	case wire.EventFinalResult:
 		if !p.shownValue { // the value of an Out just shown, as JSON: said once
 			p.line("result", valueText(ev.Data))
@@ -295,6 +300,14 @@ func (p *printer) print(ev *wire.Event) {
 	default:
 		p.line(ev.Type, valueText(ev))
 	}
+}
+
+// describe is the text of a log or an intermediate event.
+func (p *printer) describe(ev *wire.Event) string {
+	if ev.Type == wire.EventLog {
+		return ev.Level + ": " + ev.Message
+	}
+	return ev.Label + " " + valueText(ev.Data)
 }
 
 // formText is the text/plain of a display's or an execute_result's data.

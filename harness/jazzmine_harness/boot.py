@@ -12,7 +12,7 @@ import sys
 from . import config, display, hints, system
 from . import protocol as p
 from .child import warm_up
-from .tools import load_tools, preload
+from .tools import find_generators, load_tools, preload
 from .zygote import Zygote
 
 
@@ -54,6 +54,7 @@ def prepare():
     preload_errors = preload(config.PRELOAD)
     display.as_in_a_notebook()
     tools, tool_errors = load_tools(config.TOOLS_DIR)
+    find_generators()
     warm_up(tools)
     gc.collect()
     gc.freeze()  # the children never touch the parent's objects' GC headers

@@ -17,7 +17,7 @@ import traceback
 
 from . import config, display, egress, hints, system, values
 from . import protocol as p
-from .tools import CO_COROUTINE
+from .tools import CO_COROUTINE, GENERATORS, reseed_one
 
 # The largest JSON form of a last expression's value sent as the execution's result
 # (final_result) when the script emits none: a larger value is sent as its text/plain,
@@ -168,6 +168,9 @@ def child_main(req_fd, ev_fd, out_fd, err_fd, tools):
             signal.signal(s, signal.SIG_DFL)
         system.close_all_but(0, 1, 2, req_fd, ev_fd)
         reseed()
+        # The working directory on the path, as IPython and Jupyter have it: a module the
+        # job sent as an input file imports (the harness itself runs with -P).
+        sys.path.insert(0, "")
         io_ = ChildIO(ev_fd)
         egress.start_relay()  # listening before the warm-up: off the job's critical path
 
@@ -201,18 +204,18 @@ def child_main(req_fd, ev_fd, out_fd, err_fd, tools):
 
 
 def reseed():
-    """Seeds again, from the kernel's entropy, every generator that a module the
-    harness preloaded seeded when it was imported: a fork inherits their state, and
-    every execution of a container would draw the same numbers, the ones an earlier
-    execution (another tenant's, maybe) drew. random reseeds itself at fork
-    (os.register_at_fork), and so do tempfile's names, uuid, secrets and
-    numpy.random.default_rng (each reads the kernel's entropy anew); numpy's global
-    RandomState (np.random.rand, pandas' sample without random_state) does not; nor
-    does multiprocessing's authentication key, made at import. Python's hash secret
-    cannot change after the interpreter starts: see docs/SECURITY.md."""
-    np_random = sys.modules.get("numpy.random")
-    if np_random is not None:
-        np_random.seed()  # None: from the OS's entropy
+    """Seeds again, from the kernel's entropy, every generator the harness found when
+    it had loaded the tools and the preloaded modules (tools.generators): a fork
+    inherits their state, and every execution of a container would draw the same
+    numbers, the ones an earlier execution (another tenant's, maybe) drew. That is
+    numpy's global RandomState (np.random.rand, pandas' sample without random_state),
+    and any random.Random, numpy RandomState or Generator a tool or a module made at
+    import; and multiprocessing's authentication key, made at import. random's own
+    reseeds itself at a fork, and tempfile's names, uuid, secrets and
+    numpy.random.default_rng() read the kernel's entropy anew. Python's hash secret
+    cannot change after the interpreter starts: see docs/ANSWERS.md."""
+    for g in GENERATORS:
+        reseed_one(g)
     mp = sys.modules.get("multiprocessing.process")
     if mp is not None:
         mp.current_process().authkey = os.urandom(32)
@@ -314,12 +317,19 @@ def new_namespace(tools):
     return g
 
 
+# The name the value of a cell's last expression is given in its globals while the
+# cell runs (compile_cell), taken out again at its end.
+_OUT = "__jazzmine_out__"
+
+
 def compile_cell(source):
-    """The code of source's statements, and the code of its last statement when that is
-    an expression to show (None otherwise), as IPython runs a cell: its last statement
-    is shown when it is an expression not silenced by a trailing semicolon. A line magic
-    of hints.NOOP_MAGICS (%matplotlib inline) is run as `pass`; any other IPython syntax
-    is the SyntaxError it is (hints.for_exception says what to do instead)."""
+    """The code of source, and whether its last statement is an expression to show, as
+    IPython runs a cell: its last statement is shown when it is an expression not
+    silenced by a trailing semicolon. That statement is compiled as an assignment to
+    _OUT, so that the cell is one code object: one compile, and one coroutine when it
+    awaits at its top level. A line magic of hints.NOOP_MAGICS (%matplotlib inline) is
+    run as `pass`; any other IPython syntax is the SyntaxError it is (hints.for_exception
+    says what to do instead)."""
     for _ in range(100):
         try:
             tree = compile(source, "<script>", "exec", ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
@@ -329,27 +339,37 @@ def compile_cell(source):
             if stripped is None:
                 raise
             source = stripped
-    last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr) and not _silenced(source, tree.body[-1]):
-        node = tree.body.pop()
-        last = compile(ast.Expression(node.value), "<script>", "eval", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    return compile(tree, "<script>", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT), last
+    shown = bool(tree.body) and isinstance(tree.body[-1], ast.Expr) and not _silenced(source, tree.body[-1])
+    if shown:
+        node = tree.body[-1]
+        at = {"lineno": node.lineno, "col_offset": node.col_offset, "end_lineno": node.end_lineno, "end_col_offset": node.end_col_offset}
+        tree.body[-1] = ast.Assign(targets=[ast.Name(_OUT, ast.Store(), **at)], value=node.value, **at)
+    return compile(tree, "<script>", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT), shown
 
 
-def run_code(code, g):
-    """Runs code (compile_cell's) in g and returns its value: a cell with a top-level
-    await (IPython runs those) is a coroutine, run to its end on an event loop of its
-    own."""
+def run_cell(code, shown, g):
+    """Runs code (compile_cell's) in g and returns the value of its last expression
+    when shown (None otherwise). A cell with a top-level await runs as IPython runs
+    it: inside a coroutine on the process's event loop (kept for a session's later
+    calls), so that what it starts (a task) runs."""
+    g.pop(_OUT, None)
     value = eval(code, g)
     if code.co_flags & CO_COROUTINE:
+        _event_loop().run_until_complete(value)
+    return g.pop(_OUT, None) if shown else None
+
+
+def _event_loop():
+    """The process's event loop for cells with a top-level await, made at the first."""
+    if _loop["loop"] is None:
         import asyncio  # for such cells only: 4 MB that every fork would copy
 
-        loop = asyncio.new_event_loop()
-        try:
-            value = loop.run_until_complete(value)
-        finally:
-            loop.close()
-    return value
+        _loop["loop"] = asyncio.new_event_loop()
+        asyncio.set_event_loop(_loop["loop"])
+    return _loop["loop"]
+
+
+_loop = {"loop": None}
 
 
 def _silenced(source, node):
@@ -376,7 +396,7 @@ def show_value(io_, g, value, count, state):
     pretty printer writes it, the object's other _repr_*_ forms, and an image), _ set
     to it, and, when the script emitted no result, a final_result of its JSON form
     (values.form; its text/plain when it has none or a larger one than
-    IMPLICIT_RESULT_BYTES)."""
+    IMPLICIT_RESULT_BYTES), or none when that is larger too."""
     if value is None:
         return
     if "_" not in g or g["_"] is _shown["value"]:
@@ -399,16 +419,24 @@ def show_value(io_, g, value, count, state):
         return
     try:
         io_.send_value(p.FINAL_RESULT, value, "the last expression's value", IMPLICIT_RESULT_BYTES)
-    except (values.NoJSONForm, values.TooLarge):
+    except Exception:  # NoJSONForm, TooLarge, or whatever the value's own methods raise
+        if len(data["text/plain"]) > IMPLICIT_RESULT_BYTES:
+            return  # the execute_result carries it: no second copy (plan mode counts the Out)
         io_.send_value(p.FINAL_RESULT, data["text/plain"], "the last expression's text")
     state["result"] = True
 
 
 def _stray_files(since, req):
     """The names in the workspace, but out/ and the paths the job asked for as
-    artifacts, that the script wrote (or changed) since, a time.time(): they do not
-    come back. Directories end in a slash."""
+    artifacts, that the script made (or changed) since, a time.time(): they do not
+    come back. Directories end in a slash. The workspace is read only when its own
+    time says a name was added or removed since."""
     if not config.WORKSPACE:
+        return []
+    try:
+        if os.stat(config.WORKSPACE).st_mtime < since:
+            return []
+    except OSError:
         return []
     wanted = {"out"} | {str(a).strip("/").split("/")[0] for a in (req.get("artifacts") or []) if isinstance(a, str)}
     names = []
@@ -426,17 +454,14 @@ def _stray_files(since, req):
 
 
 def _usage(before):
-    """The CPU time, in milliseconds, the process and the children it waited for used
-    since before (resource.getrusage of both), and the peak resident memory of either,
-    in KiB."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime - before
-    return round(max(cpu, 0.0) * 1000, 3), max(me.ru_maxrss, kids.ru_maxrss)
-
-
-def _cpu_now():
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    """The CPU time, in milliseconds, the process used since before (a
+    time.process_time(); the harness counts the children's in the container's cgroup),
+    and the peak resident memory of the process, or of a child it waited for, in KiB."""
+    cpu = time.process_time() - before
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if os.times().children_user:  # a child it waited for: rarely
+        peak = max(peak, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    return round(max(cpu, 0.0) * 1000, 3), peak
 
 
 def run_script(io_, req, tools, g=None, count=1):
@@ -457,7 +482,7 @@ def run_script(io_, req, tools, g=None, count=1):
     source = req.get("script", "")
     if not isinstance(source, str):
         source = ""
-    since, cpu_before = time.time(), _cpu_now()
+    since, cpu_before = time.time(), time.process_time()
 
     _alarm.update(defer=0, pending=False, fired=False)
     signal.signal(signal.SIGALRM, _on_alarm)
@@ -465,10 +490,10 @@ def run_script(io_, req, tools, g=None, count=1):
     try:
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
-            code, last = compile_cell(source)
-            run_code(code, g)
-            if last is not None:
-                show_value(io_, g, run_code(last, g), count, state)
+            code, shown = compile_cell(source)
+            value = run_cell(code, shown, g)
+            if shown:
+                show_value(io_, g, value, count, state)
         except ScriptTimeout:
             raise
         except BaseException:

@@ -107,7 +107,12 @@ _HOW_TO_ADD = "Other packages are added by the fleet's operator (the sandbox's r
 
 def for_missing_module(name):
     """The hint of an import of a module the sandbox does not have."""
-    top = (name or "").split(".")[0]
+    name = name or ""
+    top = name.split(".")[0]
+    if top in sys.modules and name != top:
+        return "%r is installed, but it has no module %r." % (top, name)
+    if top == "IPython":
+        return "IPython itself is not installed, but scripts run as its cells do: display() is already a global (it shows an object as Jupyter does), and the value of the last line is shown as Out."
     if top in ("pip", "conda", "mamba", "uv", "ensurepip"):
         first = "%s cannot install packages: scripts have no package manager and no network." % _quoted_sandbox().capitalize()
     else:

@@ -99,6 +99,7 @@ class Run:
         self.deadline = time.monotonic() + self.timeout
         self.ended_at = None  # when supervision saw the child end, or gave up on it
         self.result = False
+        self.shown = False  # an execute_result was relayed: a result for plan mode too
         self.held = None  # the child's error, emitted at its end (see _child_event)
         self.finished = False  # the child said it is done
         self.session = False  # a session's call: its child is kept once done (see kept)
@@ -118,6 +119,11 @@ class Run:
     def used(self):
         """Bytes of the output budget used: every line of the execution but chunks."""
         return self.h.out.written - self.start_written - self.unbudgeted
+
+    def answered(self):
+        """Whether the execution gave a result: a final_result, or the value of its
+        last expression (whose JSON form may be too large to send as one)."""
+        return self.result or self.shown
 
     def emit(self, event, line=None):
         event["execution_id"] = self.eid
@@ -455,6 +461,8 @@ class Run:
             event.update(path="display/%d.%s" % (n, display.IMAGE_TYPES[image.content_type]), content_type=image.content_type, size=len(image.keep))
         if not self.emit_limited(event):
             return
+        if image.kind == p.EXECUTE_RESULT:
+            self.shown = True
         if image.keep is not None:
             self.images += 1
             self.quota.add(len(image.keep))
@@ -522,11 +530,13 @@ class Run:
                     self.emit({"type": p.ERROR, "kind": p.KIND_OOM, "error": out_of_memory(self.h.memory_limit)})
                 else:
                     self.emit({"type": p.ERROR, "kind": p.KIND_CRASHED, "error": "Script process was killed by signal %s" % system.signame(sig)})
-            elif self.mode == p.MODE_PLAN and not self.result:
+            elif self.mode == p.MODE_PLAN and not self.answered():
                 self.emit({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "Script process exited with code %s before it gave a result" % code, "hint": p.NO_RESULT_HINT})
-            elif code:
-                self.emit({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "Script process exited with code %s" % code})
-        elif not self.result and self.mode == p.MODE_PLAN:
+            elif code or self.session:
+                # A session's process that ends takes the session with it: never a
+                # success the next call would find lost.
+                self.emit({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": "Script process exited with code %s" % code + (", ending its session" if self.session else "")})
+        elif not self.answered() and self.mode == p.MODE_PLAN:
             self.emit({"type": p.ERROR, "kind": p.KIND_SCRIPT, "error": p.NO_RESULT, "hint": p.NO_RESULT_HINT})
 
     def done(self, started, child):

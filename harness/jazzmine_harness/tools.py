@@ -4,9 +4,12 @@ asked to preload; and what it says of the tools in its ready event (tool_specs):
 one's signature and docstring, so that an agent knows what it may call."""
 
 import functools
+import gc
 import importlib
 import importlib.util
 import os
+import random
+import sys
 import threading
 import traceback
 import types
@@ -87,6 +90,39 @@ def preload(names):
         except BaseException as e:  # a module's SystemExit must not stop the harness either
             errors.append({"file": "preload:" + name, "error": "%s: %s" % (type(e).__name__, e), "traceback": traceback.format_exc()})
     return errors
+
+
+# The pseudo-random generators that the tools and the preloaded modules made when
+# they were imported, found once they are loaded (find_generators): each child seeds
+# them again before its script runs (child.reseed).
+GENERATORS = []
+
+
+def find_generators():
+    """Finds every pseudo-random generator alive in the harness: a random.Random (but
+    SystemRandom, which has no state), and numpy's RandomState, Generator and bit
+    generators, numpy looked up, not imported. Called once, when the tools and the
+    preloaded modules are loaded, before the zygote is forked."""
+    kinds = [random.Random]
+    np = sys.modules.get("numpy")
+    if np is not None:
+        kinds += [np.random.RandomState, np.random.Generator, np.random.BitGenerator]
+    kinds = tuple(kinds)
+    GENERATORS[:] = [o for o in gc.get_objects() if isinstance(o, kinds) and not isinstance(o, random.SystemRandom)]
+
+
+def reseed_one(g):
+    """Seeds g, a generator of GENERATORS, from the kernel's entropy."""
+    if isinstance(g, random.Random):
+        g.seed()
+        return
+    np = sys.modules["numpy"]  # a generator of numpy's means numpy is loaded
+    if isinstance(g, np.random.RandomState):
+        g.seed()
+    elif isinstance(g, np.random.Generator):
+        g.bit_generator.state = type(g.bit_generator)().state
+    else:  # a bit generator
+        g.state = type(g)().state
 
 
 def tool_specs(tools):

@@ -50,8 +50,9 @@ MAX_DEPTH = 256
 MIN_INT = -(1 << 63)
 MAX_INT = (1 << 64) - 1
 
-# 20 digits in a row: an int the fast path cannot tell from one beyond 64 bits.
-_LONG_DIGITS = re.compile(r"\d{20}")
+# 19 digits in a row: an int the fast path cannot tell from one beyond 64 bits
+# (-(2**63) - 1 has 19).
+_LONG_DIGITS = re.compile(r"\d{19}")
 
 
 class NoJSONForm(TypeError):
@@ -66,12 +67,14 @@ def form(value, what="data", budget=None):
     """The JSON text of value's form and the places of its non-finite floats: (text,
     [[path, "nan" | "inf" | "-inf"], ...]), each path a list of keys and indices.
     Raises NoJSONForm naming where the refused part is (what names the value), or
-    TooLarge when budget (a number of bytes) is given and the form is longer."""
-    text = _plain(value)
-    if text is not None:
-        if budget is not None and len(text) > budget:
-            raise TooLarge()
-        return text, []
+    TooLarge when budget (a number of bytes) is given and the form is longer: then
+    the value is walked item by item and given up as soon as it passes the budget,
+    without converting a large array or frame first (a notebook's `df` on its last
+    line must not cost the frame's conversion)."""
+    if budget is None:
+        text = _plain(value)
+        if text is not None:
+            return text, []
     walk = _Walk(what, budget)
     clean = walk.value(value, 0)
     text = _dumps(clean, ensure_ascii=False, separators=(",", ":"))
@@ -119,16 +122,20 @@ class _Walk:
             return v
         t = type(v)
         if t is str:
+            self.spend(len(v))
             return escape_surrogates(v)
         if t is int:
             return v if MIN_INT <= v <= MAX_INT else str(v)
         if t is float:
             return self.float(v)
         if isinstance(v, (list, tuple, deque)):
+            self.spend(len(v))
             return self.array(v, depth)
         if isinstance(v, Mapping):
+            self.spend(len(v))
             return self.object(v.items(), depth)
         if isinstance(v, (set, frozenset)):
+            self.spend(len(v))
             items = list(v)
             try:
                 items.sort()
@@ -136,6 +143,14 @@ class _Walk:
                 pass
             return self.array(items, depth)
         return self.other(v, depth)
+
+    def spend(self, n):
+        """Counts n more items (or characters) against the budget, before they are
+        converted: TooLarge once past it."""
+        if self.max_nodes is not None:
+            self.nodes += n
+            if self.nodes > self.max_nodes:
+                raise TooLarge()
 
     def float(self, f):
         if math.isfinite(f):
@@ -175,8 +190,10 @@ class _Walk:
         if isinstance(v, float):
             return self.float(float(v))
         if isinstance(v, str):
+            self.spend(len(v))
             return escape_surrogates(str(v))
         if isinstance(v, (bytes, bytearray, memoryview)):
+            self.spend(len(v))
             return base64.b64encode(bytes(v)).decode("ascii")
         if isinstance(v, datetime.timedelta):
             return self.float(v.total_seconds())
@@ -192,6 +209,8 @@ class _Walk:
             kind, convert = known
             if kind == "missing":
                 return None
+            size = getattr(v, "size", 0)  # the items of an array or a frame, before they are converted
+            self.spend(size if isinstance(size, int) else 0)
             return self.value(convert(), depth)
         self.refuse("%s has no JSON form; convert it first (str(value), a dict or a list of its fields), or display(value) to show it" % _a(v))
 

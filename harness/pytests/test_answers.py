@@ -53,6 +53,24 @@ class LastExpressionTest(HarnessTest):
         self.assertTrue(text.endswith(" 999,\n ...]"), text[-40:])  # IPython shows 1,000 items
         self.assertEqual(results, [text])
 
+    def test_a_long_text_is_shown_once_not_sent_again_as_the_result(self):
+        events = self.execute("e", "s = 'x' * 600_000\ns")
+        self.assertEqual(of(events, "error"), [])
+        self.assertEqual([len(e["data"]["text/plain"]) for e in of(events, "execute_result")], [600_002])
+        self.assertEqual(of(events, "final_result"), [])
+
+    def test_a_value_whose_form_raises_is_shown_and_its_text_is_the_result(self):
+        events = self.execute("e", "import decimal\n{decimal.Decimal('NaN'), decimal.Decimal(1)}")
+        self.assertEqual(of(events, "error"), [])
+        self.assertEqual([e["data"] for e in of(events, "final_result")], [of(events, "execute_result")[0]["data"]["text/plain"]])
+
+    def test_a_top_level_await_runs_the_whole_cell_on_one_loop(self):
+        script = "import asyncio\nasync def work(i):\n    await asyncio.sleep(0)\n    return i\ntasks = [asyncio.create_task(work(i)) for i in range(3)]\nawait asyncio.gather(*tasks)"
+        self.assertEqual(self.out(script), ("[0, 1, 2]", [[0, 1, 2]]))
+
+    def test_a_module_in_the_workspace_imports(self):
+        self.assertEqual(self.out("open('helpers.py', 'w').write('X = 3')\nimport helpers\nhelpers.X"), ("3", [3]))
+
     def test_emit_result_wins_over_the_last_expression(self):
         events = self.execute("e", "emit_result('explicit')\n42")
         self.assertEqual([e["data"] for e in of(events, "final_result")], ["explicit"])
@@ -76,6 +94,9 @@ class PlanModeTest(HarnessTest):
         events = self.execute("p", "6 * 7")
         self.assertEqual(of(events, "error"), [])
         self.assertEqual([e["data"] for e in of(events, "final_result")], [42])
+        # One too large to send as a result still is one: its Out says it.
+        events = self.execute("q", "'x' * 600_000")
+        self.assertEqual((of(events, "error"), of(events, "final_result"), len(of(events, "execute_result"))), ([], [], 1))
 
     def test_no_result_is_an_error_that_says_what_to_do(self):
         events = self.execute("p", "print('hi')")
@@ -96,6 +117,24 @@ class SessionCellsTest(unittest.TestCase):
             got.append([(e["execution_count"], e["data"]["text/plain"]) for e in of(events, "execute_result")])
         # The script's own _ is left alone, as IPython leaves it.
         self.assertEqual(got, [[(1, "10")], [], [(3, "11")], [(4, "5")], [(5, "'mine'")]])
+
+    def test_a_session_keeps_its_event_loop_and_its_tasks(self):
+        h = HarnessProcess()
+        self.addCleanup(h.close)
+        outs = []
+        for i, script in enumerate(("import asyncio\nasync def f():\n    return 5\nt = asyncio.ensure_future(f())\nawait asyncio.sleep(0)", "await t")):
+            h.send(type="execute", execution_id="a%d" % i, script=script, mode="interactive", session=True, nonce="n%d" % i)
+            events = h.until("script_done")
+            h.read()
+            outs.append(([e["data"]["text/plain"] for e in of(events, "execute_result")], of(events, "error")))
+        self.assertEqual(outs, [([], []), (["5"], [])])
+
+    def test_a_session_process_that_exits_ends_the_call_in_an_error(self):
+        h = HarnessProcess()
+        self.addCleanup(h.close)
+        h.send(type="execute", execution_id="x", script="import os\nos._exit(0)", mode="interactive", session=True, nonce="n")
+        errors = [e["error"] for e in of(h.until("script_done"), "error")]
+        self.assertEqual(errors, ["Script process exited with code 0, ending its session"])
 
 
 class HintsTest(HarnessTest):
@@ -143,6 +182,15 @@ class UsageAndEntropyTest(unittest.TestCase):
         done = h.until("script_done")[-1]
         self.assertGreater(done["cpu_ms"], 1)
         self.assertGreater(done["peak_memory_bytes"], 64 << 20)
+
+    def test_a_generator_a_tool_made_at_import_draws_anew_in_every_execution(self):
+        h = HarnessProcess(tools={"t.py": "import random\n_rng = random.Random()\ndef draw():\n    return _rng.getrandbits(64)\n"})
+        self.addCleanup(h.close)
+        draws = set()
+        for i in range(4):
+            h.send(type="execute", execution_id="g%d" % i, script="draw()", mode="interactive", nonce="n")
+            draws.add(of(h.until("script_done"), "final_result")[0]["data"])
+        self.assertEqual(len(draws), 4)
 
     def test_every_execution_has_a_multiprocessing_key_of_its_own(self):
         # A module seeded at import (here multiprocessing's authentication key) is seeded
