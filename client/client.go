@@ -63,6 +63,10 @@ const (
 	// DefaultLiveWindow is how long an execution follows its events through
 	// a plain subscription before it moves to a JetStream consumer: 1 s.
 	DefaultLiveWindow = time.Second
+
+	// DefaultSandbox is the sandbox of a job that names none, as `worker
+	// submit` and `worker mcp` have it: "default".
+	DefaultSandbox = "default"
 )
 
 // Config configures a [Client]. The zero value of every field but Conn
@@ -96,9 +100,12 @@ type Config struct {
 
 // Client submits jobs to jazzmine workers and follows their executions,
 // over NATS JetStream. It is safe for concurrent use. It has no background
-// work of its own and needs no closing; each [Execution] it returns does.
+// work of its own: [Client.Close] closes the connection of a client made by
+// [Connect], and does nothing to one made by [New] with a connection of the
+// caller's.
 type Client struct {
 	nc             *nats.Conn
+	ownsConn       bool
 	js             jetstream.JetStream
 	contentType    string
 	maxScriptBytes int
@@ -142,6 +149,38 @@ func New(cfg Config) (*Client, error) {
 	return &Client{nc: cfg.Conn, js: js, contentType: ct, maxScriptBytes: cfg.MaxScriptBytes, liveWindow: window, log: log}, nil
 }
 
+// Connect connects to the NATS server or cluster at url (a comma-separated
+// list is a cluster; empty means nats://127.0.0.1:4222, where `worker serve`
+// embeds one) with opts (credentials, TLS: nats.UserCredentials, nats.Nkey,
+// ...) and returns a client on that connection, with the default
+// [Config]. The connection reconnects for as long as the client lives;
+// [Client.Close] closes it.
+func Connect(url string, opts ...nats.Option) (*Client, error) {
+	if url == "" {
+		url = nats.DefaultURL
+	}
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("jazzmine-client"), nats.MaxReconnects(-1)}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	c, err := New(Config{Conn: nc})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.ownsConn = true
+	return c, nil
+}
+
+// Close closes the connection of a client made by [Connect] (its executions
+// then end with an error); for one made by [New], whose connection is the
+// caller's, it does nothing. It is idempotent.
+func (c *Client) Close() {
+	if c.ownsConn {
+		c.nc.Close()
+	}
+}
+
 // NewExecutionID returns a new random execution id: crypto/rand.Text, 26
 // letters and digits (128 bits), unique with overwhelming probability and
 // unguessable, even from ids seen before. (A NUID, which it once was, is a
@@ -154,12 +193,12 @@ func NewExecutionID() string { return rand.Text() }
 // [Execution] that follows its events. ctx bounds the submission only, not
 // the execution.
 //
-// A job without an ExecutionID gets one from [NewExecutionID], and a job
-// without a Mode runs in [wire.ModeInteractive], as a notebook cell does: a
-// script that only prints succeeds, and its last expression's value is its
-// result ([wire.ModePlan] requires a result). The job must
-// name its Sandbox, and must pass [wire.Job.Validate] with the client's
-// script limit; an invalid job is refused before anything is sent (the
+// A job without an ExecutionID gets one from [NewExecutionID], a job
+// without a Sandbox runs in [DefaultSandbox], and a job without a Mode runs
+// in [wire.ModeInteractive], as a notebook cell does: a script that only
+// prints succeeds, and its last expression's value is its result
+// ([wire.ModePlan] requires a result). The job must pass
+// [wire.Job.Validate] with the client's script limit; an invalid job is refused before anything is sent (the
 // error wraps [wire.ErrInvalidJob]).
 //
 // Submit subscribes to the execution's events before it publishes the job,
@@ -184,6 +223,9 @@ func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
 	}
 	if job.Mode == "" {
 		job.Mode = wire.ModeInteractive
+	}
+	if job.Sandbox == "" {
+		job.Sandbox = DefaultSandbox
 	}
 	if err := job.Validate(job.Sandbox, c.maxScriptBytes); err != nil {
 		return nil, fmt.Errorf("submit job: %w", err)
@@ -384,17 +426,27 @@ func (c *Client) deleteConsumer(cons jetstream.Consumer) {
 }
 
 // Run submits job, waits for its result and closes the execution:
-// [Client.Submit], [Execution.Wait] and [Execution.Close]. ctx bounds the
-// whole run; when it ends first, Run returns its error and leaves the job
-// running (cancel it with [Client.Cancel] if that is not what you want). A
-// script that fails is a Result with Success false, not an error.
+// [Client.Submit], [Execution.Wait] and [Execution.Close]; nothing is left
+// to close. ctx bounds the whole run; when it ends first, Run cancels the
+// job on the fleet (waiting at most [DefaultCancelTimeout] for the server to
+// take the cancel) and returns ctx's error. A script that fails is a Result
+// with Success false, not an error.
 func (c *Client) Run(ctx context.Context, job wire.Job) (*Result, error) {
 	e, err := c.Submit(ctx, job)
 	if err != nil {
 		return nil, err
 	}
 	defer e.Close()
-	return e.Wait(ctx)
+	res, err := e.Wait(ctx)
+	if err != nil && ctx.Err() != nil {
+		// The caller gave up: so does the fleet, rather than run it to its timeout.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCancelTimeout)
+		defer cancel()
+		if cerr := e.Cancel(cctx); cerr != nil {
+			c.log.Warn("cancel an execution whose Run's context ended", "execution_id", e.ID, "err", cerr)
+		}
+	}
+	return res, err
 }
 
 // Cancel asks the workers to cancel execution executionID, by a plain NATS

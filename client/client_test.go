@@ -161,6 +161,27 @@ func TestSubmitPropagatesTheTraceContext(t *testing.T) {
 	}
 }
 
+func TestAJobWithoutASandboxOrAModeRunsInTheDefaultSandboxInteractively(t *testing.T) {
+	env := newEnv(t, client.Config{})
+	e, err := env.client.Submit(ctx(t), wire.Job{Script: "print('hi')"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	stream, err := env.js.Stream(ctx(t), wire.StreamExec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := stream.GetLastMsgForSubject(ctx(t), wire.ExecSubject(client.DefaultSandbox))
+	if err != nil {
+		t.Fatalf("no job on %s: %v", wire.ExecSubject(client.DefaultSandbox), err)
+	}
+	job, err := wire.DecodeJob(msg.Header.Get(wire.HeaderContentType), msg.Data)
+	if err != nil || job.Sandbox != "default" || job.Mode != wire.ModeInteractive {
+		t.Errorf("the job published: %+v, %v; want sandbox default, mode interactive", job, err)
+	}
+}
+
 func TestSubmitRefusesInvalidJobsBeforePublishing(t *testing.T) {
 	env := newEnv(t, client.Config{MaxScriptBytes: 100})
 	tests := []struct {
@@ -170,7 +191,6 @@ func TestSubmitRefusesInvalidJobsBeforePublishing(t *testing.T) {
 	}{
 		{"a job with an id that is not a subject token is refused", wire.Job{ExecutionID: "a.b", Sandbox: sandbox, Script: "pass"}, wire.ErrInvalidID},
 		{"a job with an id of 65 characters is refused", wire.Job{ExecutionID: strings.Repeat("a", 65), Sandbox: sandbox, Script: "pass"}, wire.ErrInvalidID},
-		{"a job without a sandbox is refused", wire.Job{Script: "pass"}, wire.ErrInvalidID},
 		{"a job with a wildcard for a sandbox is refused", wire.Job{Sandbox: "*", Script: "pass"}, wire.ErrInvalidID},
 		{"a job without a script is refused", wire.Job{Sandbox: sandbox}, wire.ErrInvalidJob},
 		{"a job with a script over the client's limit is refused", wire.Job{Sandbox: sandbox, Script: strings.Repeat("x", 101)}, wire.ErrScriptTooLarge},

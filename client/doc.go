@@ -1,17 +1,29 @@
-// Package client is the Go SDK for agents: submit a job, stream its events,
-// wait for its result, cancel it. It speaks the NATS contract of package wire.
+// Package client is the Go SDK for agents: run Python on a jazzmine fleet, stream
+// what it does, get back what it gave, cancel it. It speaks the NATS contract of
+// package wire.
 //
-// A [Client] wraps a NATS connection the caller owns. [Client.Submit]
-// publishes a [wire.Job] on jazzmine.exec.<sandbox> (stream JAZZMINE_EXEC)
-// and returns an [Execution], which has already subscribed to the job's
-// events on jazzmine.events.<execution_id>.> (stream JAZZMINE_EVENTS) with a
-// JetStream ordered consumer, from the first event, so that none is missed,
-// even across reconnects. [Execution.Events] streams the events;
-// [Execution.Wait] returns the [Result] that the script_done event ends;
-// [Execution.Cancel] asks the workers to cancel the job; [Execution.Close]
-// stops following it. [Client.Run] does it all in one call. [Client.NewSession]
-// runs calls that keep their state; [Client.Sandboxes] lists the sandboxes the
-// fleet serves, with the tools a script may call there.
+// [Connect] connects to the fleet's NATS server (or [New] takes a connection of
+// the caller's). [Client.Run] runs a [wire.Job] and returns its [Result]: what
+// the script printed, the value of its last line as IPython shows it
+// ([Result.Value], and as a Go value with [Result.Decode]), its error with a
+// hint, the files it left. A job with no Sandbox runs in [DefaultSandbox] and a
+// job with no Mode in [wire.ModeInteractive], as a notebook cell does. When
+// Run's context ends, the job is cancelled on the fleet.
+//
+// [Client.Submit] publishes a job on jazzmine.exec.<sandbox> (stream
+// JAZZMINE_EXEC) and returns an [Execution] that follows its events on
+// jazzmine.events.<execution_id>.>: through a plain subscription made before the
+// job is published, the fast path, and from the events stream (JAZZMINE_EVENTS)
+// through a JetStream consumer when an event's seq shows a gap, when the job
+// was a duplicate, or after [Config.LiveWindow]; every event arrives once and in
+// order either way, even across reconnects. [Execution.Events] streams the
+// events, [Execution.Wait] returns the Result, [Execution.Cancel] cancels the
+// job, and [Execution.Close] stops following it (Run does all of it).
+//
+// [Client.NewSession] runs calls that keep their state in one Python process;
+// [Client.PutFile], [Client.InputFile] and [Client.Download] move files in and
+// out; [Client.Sandboxes] lists the sandboxes the fleet serves, with what they
+// have.
 //
 // The package does not create the streams: a worker does. Without them a
 // submission fails with [ErrNoStream]; when the jobs stream's backlog is

@@ -3,9 +3,10 @@ package client_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/jazzmine/worker/internal/testenv"
 )
 
 // TestMain fails the package if a goroutine outlives the tests: the
-// executions' readers, nats.go's and the in-process servers' included.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// executions' readers, nats.go's and the in-process servers' included (the
+// examples' worker's shared Docker client is closed first).
+func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,6 +1,9 @@
 package client
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -180,4 +183,26 @@ func (a *attempt) finish(done *wire.Event) *Result {
 	res.Stdout = a.stdout.String()
 	res.Stderr = a.stderr.String()
 	return &res
+}
+
+// ErrNoResult is returned by [Result.Decode] for an execution that gave no
+// result: no emit_result, no value on its last line.
+var ErrNoResult = errors.New("jazzmine: the execution gave no result")
+
+// Decode stores the execution's result, FinalData, in the value v points
+// to, as encoding/json would decode its JSON form (NaN and infinities are
+// null there). It returns an error wrapping [ErrNoResult] when there is no
+// result.
+func (r *Result) Decode(v any) error {
+	if r.FinalData == nil {
+		return fmt.Errorf("decode the result of execution %s: %w", r.ExecutionID, ErrNoResult)
+	}
+	b, err := wire.ValueJSON(r.FinalData)
+	if err != nil {
+		return fmt.Errorf("decode the result of execution %s: %w", r.ExecutionID, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decode the result of execution %s: %w", r.ExecutionID, err)
+	}
+	return nil
 }

@@ -61,12 +61,14 @@ class ChildIO:
         return _line(self.dumps(event, ensure_ascii=False, separators=(",", ":"), default=str))
 
     def _send(self, text, payload=b""):
-        line = _line(text)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()  # what the script printed before this event goes first
             except Exception:
                 pass
+        # How much of it there is: the parent relays that much before the event, and
+        # no more (see run.Run._child_event).
+        line = _line(text[:-1] + ',"_o":%d,"_e":%d}' % (_WRITTEN[1].count, _WRITTEN[2].count))
         self.write(line, payload)
 
     def write(self, *parts):
@@ -88,6 +90,24 @@ class ChildIO:
                 if _alarm["pending"] and not _alarm["defer"]:
                     _alarm["pending"] = False
                     raise ScriptTimeout()
+
+
+class _Counted(io.FileIO):
+    """A descriptor of the child's output, which counts the bytes written through it."""
+
+    count = 0
+
+    def write(self, b):
+        n = super().write(b)
+        if n:
+            self.count += n
+        return n
+
+
+# The child's stdout and stderr, as sys.stdout and sys.stderr write them: their counts
+# go with each event (ChildIO._send). Made at import, in the harness: every child
+# starts from them (a fresh count, as the zygote never writes through them).
+_WRITTEN = {1: _Counted(1, "w", closefd=False), 2: _Counted(2, "w", closefd=False)}
 
 
 def _line(text):
@@ -162,8 +182,8 @@ def child_main(req_fd, ev_fd, out_fd, err_fd, tools):
             if fd > 2:
                 os.close(fd)
         sys.stdin = open(0, "r", closefd=False)
-        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=False)
-        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True)
+        sys.stdout = io.TextIOWrapper(_WRITTEN[1], encoding="utf-8", errors="backslashreplace", line_buffering=False)
+        sys.stderr = io.TextIOWrapper(_WRITTEN[2], encoding="utf-8", errors="backslashreplace", line_buffering=True)
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
             signal.signal(s, signal.SIG_DFL)
         system.close_all_but(0, 1, 2, req_fd, ev_fd)

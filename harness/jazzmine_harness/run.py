@@ -294,13 +294,18 @@ class Run:
                 keep.append(req)
         h.pending[:] = keep
 
-    def _read_text(self, child, stream):
+    def _read_text(self, child, stream, upto=None):
+        """Relays what the child's stream holds, READS_PER_PASS reads at most, and no
+        byte past the upto'th it has written when upto is given."""
         fd = child.fds.get(stream)
         if fd is None:
             return
         for _ in range(READS_PER_PASS):
+            want = CHUNK_BYTES if upto is None else min(CHUNK_BYTES, upto - child.relayed[stream])
+            if want <= 0:
+                return
             try:
-                data = os.read(fd, CHUNK_BYTES)
+                data = os.read(fd, want)
             except BlockingIOError:
                 return
             except OSError:
@@ -308,17 +313,20 @@ class Run:
             if not data:
                 self._close_fd(child, stream)
                 return
+            child.relayed[stream] += len(data)
             text = self.decoders[stream].decode(data)
             if text:
                 self.emit_text(stream, text)
             if len(data) < CHUNK_BYTES or self.over_limit:
                 return
 
-    def _drain_text(self, child):
+    def _drain_text(self, child, upto=None):
+        """Relays what the child's output pipes hold; with upto (the bytes the child
+        says it had written to stdout and stderr), no more than that of each."""
         for stream in (p.STDOUT, p.STDERR):
             for _ in range(64):  # bounded: a grandchild may keep writing
                 before = self.used()
-                self._read_text(child, stream)
+                self._read_text(child, stream, None if upto is None else upto[stream])
                 if self.used() == before or self.over_limit:
                     break
 
@@ -365,7 +373,7 @@ class Run:
     def _take_events(self, child, buf):
         """Handles what buf holds whole: event lines, and the image bytes a display line
         announced, which follow it (see display)."""
-        drained = False
+        drained = False  # once without counts: see _child_event
         while not (self.finished and self.session):  # a session's next call's events stay in buf
             image = self.image
             if image is not None:
@@ -378,29 +386,41 @@ class Run:
             end = buf.find(b"\n")
             if end < 0:
                 return
-            if not drained:
-                # The child flushes its output before it writes an event, so everything
-                # it printed before the events just read is in the output pipes now:
-                # relay it first. (Draining before the read would race with the child's
-                # writes.)
-                self._drain_text(child)
-                drained = True
             line = bytes(buf[:end])
             del buf[: end + 1]
             if line:  # empty: the newline the child puts before its end (see child.run_script)
-                self._child_event(line)
+                drained = self._child_event(line, child, drained)
 
-    def _child_event(self, line):
+    def _child_event(self, line, child, drained):
         """Relays one line from the child, which is the script's process: whatever it
         holds (not JSON, nested past any parser's limit, a NaN, a lone surrogate, a
         type or a field the protocol does not have) is dropped with a warning or made
-        what the protocol carries, never an error of the harness's."""
+        what the protocol carries, never an error of the harness's. Returns whether
+        the output pipes were drained for a line without counts.
+
+        What the script printed before the event goes first. The child flushes its
+        output before it writes an event, and says how many bytes it had written to
+        stdout and stderr then (_o, _e): that much is relayed first, and no more, so
+        that what it printed after the event comes after it, even when the parent reads
+        several events at once. A line without counts (the script's own writes on the
+        pipe) relays what the pipes hold, once for the lines read together."""
         try:
             ev = json.loads(line)
             kind = ev.get("type")
         except Exception:  # ValueError, RecursionError, AttributeError (not an object)...
             self.warn("harness: dropped a malformed event line from the script")
-            return
+            return drained
+        upto = {p.STDOUT: ev.get("_o"), p.STDERR: ev.get("_e")}
+        if all(isinstance(n, int) and not isinstance(n, bool) for n in upto.values()):
+            self._drain_text(child, upto)
+        elif not drained:
+            self._drain_text(child)
+            drained = True
+        self._relay(ev, kind)
+        return drained
+
+    def _relay(self, ev, kind):
+        """Relays the event ev, of type kind, from the child (see _child_event)."""
         if kind == p.DONE:
             self.finished = True
             self.child_cpu_ms, self.peak_kib = _count(ev.get("cpu_ms"), float), _count(ev.get("peak_memory_kib"), int)

@@ -87,6 +87,21 @@ class LastExpressionTest(HarnessTest):
         self.assertEqual(of(events, "execute_result")[0]["data"], {"text/plain": "P()", "text/html": "<b>P</b>"})
 
 
+class OrderTest(unittest.TestCase):
+    def test_printed_output_and_events_come_in_the_order_the_script_made_them(self):
+        # The parent may read many events at once: it relays, before each, only what
+        # was printed before it. In a session too, where the counts go on.
+        h = HarnessProcess()
+        self.addCleanup(h.close)
+        script = "for i in range(200):\n    print(i)\n    emit_log(str(i))"
+        for session in (False, True, True):
+            h.send(type="execute", execution_id="o", script=script, mode="interactive", session=session, nonce="n")
+            events = h.until("script_done")
+            h.read()
+            got = "".join(e["text"] if e["type"] == "stdout" else "|%s|" % e["message"] for e in events if e["type"] in ("stdout", "log"))
+            self.assertEqual(got, "".join("%d\n|%d|" % (i, i) for i in range(200)))
+
+
 class PlanModeTest(HarnessTest):
     REQUEST = {"mode": "plan"}
 
