@@ -226,7 +226,7 @@ func ParseConfig(data []byte, dir string) (*Config, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, errors.New("the config is empty: it needs at least one sandbox under \"sandboxes\"")
 		}
-		return nil, explainYAMLError(err)
+		return nil, explainYAMLError(data, err)
 	}
 	cfg := &Config{
 		Secrets:     file.Secrets,
@@ -360,11 +360,12 @@ var yamlSections = map[string]string{
 var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type imagebuild\.(\w+)$`)
 
 // explainYAMLError rewords the decoder's "field x not found in type
-// imagebuild.poolYAML" as "unknown field "x" in pool"; other errors pass through.
-func explainYAMLError(err error) error {
+// imagebuild.poolYAML" as "unknown field "x" in pool", and gives a syntax error the
+// line it is on (syntaxLine); other errors pass through.
+func explainYAMLError(data []byte, err error) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
-		return err
+		return syntaxLine(data, err)
 	}
 	msgs := make([]string, len(te.Errors))
 	for i, e := range te.Errors {
@@ -374,6 +375,40 @@ func explainYAMLError(err error) error {
 		}
 	}
 	return errors.New(strings.Join(msgs, "\n"))
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// syntaxLine gives a YAML syntax error the line where the document stops parsing.
+// The parser names where the construct it was reading started: a line indented one
+// space too few, on line 5 of a mapping that starts on line 1, is "yaml: line 1: did
+// not find expected key". The first prefix of the document, line by line, that fails
+// with the same error ends on the line at fault; a prefix that fails otherwise (it
+// cut a construct in two) does not count. err is returned as it is when no prefix
+// tells.
+func syntaxLine(data []byte, err error) error {
+	m := yamlLineRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	what := err.Error()[len(m[0]):]
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	for n := 1; n <= len(lines) && n <= 10_000; n++ {
+		var v any
+		perr := yaml.Unmarshal(bytes.Join(lines[:n], nil), &v)
+		if perr == nil {
+			continue
+		}
+		pm := yamlLineRE.FindStringSubmatch(perr.Error())
+		if pm == nil || perr.Error()[len(pm[0]):] != what {
+			continue
+		}
+		if fmt.Sprint(n) == m[1] {
+			return err
+		}
+		return fmt.Errorf("line %d: %s (line %d: %q; the parser names line %s, where what it was reading began: check the indentation)", n, what, n, strings.TrimRight(string(lines[n-1]), "\r\n"), m[1])
+	}
+	return err
 }
 
 // duration is a time.Duration written as a string with a unit ("10m", "30s").

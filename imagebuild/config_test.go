@@ -254,3 +254,13 @@ func TestHostPathUsesTheLongestMatchingPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestAnIndentationErrorNamesItsLine gives a YAML syntax error the line where the
+// document stops parsing: the parser names where the mapping it was reading began.
+func TestAnIndentationErrorNamesItsLine(t *testing.T) {
+	bad := "sandboxes:\n  default:\n    base_image: jazzmine-python-base:bookworm\n    tools: []\n   requirements: []\n"
+	_, err := ParseConfig([]byte(bad), t.TempDir())
+	if err == nil || !strings.HasPrefix(err.Error(), `line 5: did not find expected key (line 5: "   requirements: []"`) {
+		t.Errorf("ParseConfig: %v, want the error on line 5", err)
+	}
+}

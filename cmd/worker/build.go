@@ -18,7 +18,7 @@ func build(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	cfg, err := imagebuild.LoadConfig(*configPath)
 	if err != nil {
-		return usageError("config: %v", err)
+		return usageError("%v", err)
 	}
 	docker, err := imagebuild.Connect(ctx)
 	if err != nil {

@@ -43,7 +43,7 @@ func mcpCommand(ctx context.Context, args []string, getenv func(string) string, 
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: worker mcp [flags]\n\nServes the fleet's sandboxes as Model Context Protocol tools (run_python, list_sandboxes, open_session, close_session): over stdin and stdout, or over streamable HTTP with --http. NATS_URL names the NATS server (default nats://"+defaultEmbeddedAddr+").\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: worker mcp [flags]\n\nServes the fleet's sandboxes as Model Context Protocol tools (run_python, list_sandboxes, open_session, close_session): over stdin and stdout, or over streamable HTTP with --http. --server or NATS_URL names the NATS server (default nats://"+defaultEmbeddedAddr+").\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	httpAddr := fs.String("http", "", "serve streamable HTTP on ADDR (e.g. 127.0.0.1:8811) at "+mcpPath+", instead of stdio")
@@ -52,6 +52,7 @@ func mcpCommand(ctx context.Context, args []string, getenv func(string) string, 
 	timeout := fs.Duration("timeout", defaultMCPTimeout, "a call's timeout when it sets none, and the most it may ask for")
 	stateless := fs.Bool("stateless", false, "run each call in a fresh process, not in the conversation's session of its sandbox (open_session still opens one)")
 	logLevel := fs.String("log-level", "warn", "log level on stderr: debug, info, warn or error")
+	server := addServerFlag(fs, getenv)
 	auth := addNATSAuthFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2}
@@ -76,7 +77,7 @@ func mcpCommand(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	nc, err := connectMCP(getenv("NATS_URL"), natsOpts)
+	nc, err := connectMCP(*server, natsOpts)
 	if err != nil {
 		return &exitError{code: 3, err: err}
 	}
@@ -153,7 +154,7 @@ func connectMCP(url string, opts []nats.Option) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(url, append(opts, nats.Name("jazzmine-mcp"), nats.MaxReconnects(-1))...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (is `worker serve` running? NATS_URL picks another server)", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w (is `worker serve` running? --server or NATS_URL picks another server)", url, err)
 	}
 	return nc, nil
 }

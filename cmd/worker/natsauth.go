@@ -27,6 +27,13 @@ func addNATSAuthFlags(fs *flag.FlagSet, getenv func(string) string) *natsAuth {
 	return a
 }
 
+// addServerFlag adds --server to fs: the NATS server of a command that is a client
+// of the fleet (submit, mcp), NATS_URL by default, the embedded server's address
+// when that is unset too.
+func addServerFlag(fs *flag.FlagSet, getenv func(string) string) *string {
+	return fs.String("server", getenv("NATS_URL"), "the `URL` of the NATS server the fleet's workers use, or a cluster's, comma-separated (env NATS_URL; default nats://"+defaultEmbeddedAddr+", where \"worker serve\" listens)")
+}
+
 // set reports whether any credential or TLS option is given.
 func (a *natsAuth) set() bool {
 	return *a != natsAuth{}

@@ -33,6 +33,7 @@ import (
 type serveFlags struct {
 	configPath, listen, storeDir, workerID, logFormat, logLevel, metricsAddr string
 	natsOpts                                                                 []nats.Option
+	ignored                                                                  []string // flags of the embedded server given with NATS_URL set
 }
 
 func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer) (*serveFlags, error) {
@@ -40,7 +41,7 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	fs.SetOutput(stderr)
 	f := &serveFlags{}
 	fs.StringVar(&f.configPath, "config", "config.yaml", "the sandboxes and worker settings (YAML)")
-	fs.StringVar(&f.listen, "nats-listen", defaultEmbeddedAddr, "address of the embedded NATS server (when NATS_URL is unset)")
+	fs.StringVar(&f.listen, "nats-listen", defaultEmbeddedAddr, "address of the embedded NATS server, which runs when NATS_URL is unset (env NATS_URL: the NATS server or cluster to use instead)")
 	fs.StringVar(&f.storeDir, "store-dir", defaultStoreDir(getenv), "JetStream data directory of the embedded NATS server")
 	fs.StringVar(&f.workerID, "worker-id", "", "this worker's id (default: host name, pid and a random suffix)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
@@ -53,6 +54,13 @@ func parseServeFlags(args []string, getenv func(string) string, stderr io.Writer
 	var err error
 	if f.natsOpts, err = auth.options(); err != nil {
 		return nil, usageError("%v", err)
+	}
+	if getenv("NATS_URL") != "" {
+		fs.Visit(func(fl *flag.Flag) {
+			if fl.Name == "nats-listen" || fl.Name == "store-dir" {
+				f.ignored = append(f.ignored, "--"+fl.Name)
+			}
+		})
 	}
 	if getenv("NATS_URL") == "" && auth.set() {
 		return nil, usageError("NATS credentials and TLS options (--creds, --nkey, --tls-*, NATS_CREDS, ...) need NATS_URL: the embedded server runs without them, on loopback")
@@ -73,6 +81,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return usageError("%v", err)
 	}
 	slog.SetDefault(log)
+	if len(f.ignored) > 0 {
+		log.Warn("NATS_URL is set: the worker connects to it and starts no embedded server, so these flags are ignored", "nats_url", getenv("NATS_URL"), "ignored", f.ignored)
+	}
 	tel, err := setupTelemetry(ctx, getenv)
 	if err != nil {
 		return err
@@ -104,7 +115,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 
 	cfg, err := imagebuild.LoadConfig(f.configPath)
 	if err != nil {
-		return usageError("config: %v", err)
+		return usageError("%v", err)
 	}
 	settings, err := parseSettings(cfg.Worker)
 	if err != nil {

@@ -43,6 +43,7 @@ func submit(ctx context.Context, args []string, getenv func(string) string, stdi
 	session := fs.String("session", "", "run as a call of session ID (opened by its first call; its globals, imports and files stay for the next)")
 	closeSession := fs.Bool("close-session", false, "end the --session after this call (the script may then be left out)")
 	out := fs.String("out", "", "a directory to save the execution's artifacts and display images in, at their workspace paths")
+	server := addServerFlag(fs, getenv)
 	auth := addNATSAuthFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		return &exitError{code: 2}
@@ -78,7 +79,7 @@ func submit(ctx context.Context, args []string, getenv func(string) string, stdi
 		job.Metadata[k] = v
 	}
 
-	return submitAndFollow(ctx, getenv("NATS_URL"), natsOpts, ct, submission{job: job, files: files, out: *out}, *asJSON, stdout, stderr)
+	return submitAndFollow(ctx, *server, natsOpts, ct, submission{job: job, files: files, out: *out}, *asJSON, stdout, stderr)
 }
 
 // submission is what submit sends: the job, the local files it brings (LOCAL[:PATH])
@@ -139,7 +140,7 @@ func submitAndFollow(ctx context.Context, url string, natsOpts []nats.Option, ct
 	}
 	nc, err := nats.Connect(url, append(natsOpts, nats.Name("jazzmine-submit"))...)
 	if err != nil {
-		return &exitError{code: 3, err: fmt.Errorf("connect to NATS at %s: %w (is `worker serve` running? NATS_URL picks another server)", url, err)}
+		return &exitError{code: 3, err: fmt.Errorf("connect to NATS at %s: %w (is `worker serve` running? --server or NATS_URL picks another server)", url, err)}
 	}
 	defer nc.Close()
 	c, err := client.New(client.Config{Conn: nc, ContentType: ct})
