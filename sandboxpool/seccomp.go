@@ -121,8 +121,8 @@ var deniedSyscalls = [][]string{
 // default refuses. CLONE_PARENT makes the new process its caller's sibling: a script's
 // would be the zygote's child, outside the script's process group and not an orphan
 // the harness inherits, so that only the harness's last sweep of the container's
-// processes would find it (a review's attack left such a process running through every
-// later execution of its container). Neither fork, threads nor posix_spawn use it.
+// processes would find it (such a process could run on through every later execution
+// of its container). Neither fork, threads nor posix_spawn use it.
 const deniedCloneFlags = unix.CLONE_PARENT
 
 // seccompOpts are the security options that give a sandbox the profile: its JSON

@@ -151,7 +151,7 @@ func (c *catalog) entry(sb Sandbox, ready harness.Ready, docs bool) wire.Sandbox
 // worker answers with the catalog's entries, within the tenant's rate and its share
 // of the background work. A worker keeps a view of the bucket, watched, so that no
 // request reads it: a read that stalled held the requests' background slots, and the
-// other tenants' cancels, replays and chunks waited (a review's finding).
+// other tenants' cancels, replays and chunks waited.
 const (
 	sandboxesAll   = wire.SubjectSandboxes + ".*"
 	groupSandboxes = "jazzmine-sandboxes"

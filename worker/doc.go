@@ -1,5 +1,33 @@
-// Package worker owns the JetStream side of the product: streams and
-// per-sandbox consumers, pull loops that take a free container slot before
-// asking for one job, dispatch through the pool and the executor, event
-// publishing, cancel, telemetry wiring and configuration.
+// Package worker is the queue side of the product, on NATS JetStream: it takes the
+// jobs agents publish, runs each in a container of the pool, and publishes what the
+// script did as the execution's events.
+//
+// A [Worker] is assembled by [New] from a [Config] (the NATS connection, the pool, the
+// sandboxes it serves) and run by [Worker.Start] and [Worker.Shutdown]. Its parts,
+// each a type and a file of its own (docs/ARCHITECTURE.md lists them):
+//
+//   - streams and buckets every worker converges on (streams.go), and per sandbox a
+//     consumer whose pull loops take a free container slot before they ask for one
+//     job (producer.go);
+//   - the processor (job.go, ended.go, outcome.go): one delivery from its decoding to
+//     its ack, nak or term, and exactly one script_done per execution, whatever the
+//     redeliveries;
+//   - the events publisher (events.go): an attempt's events, cut to the server's
+//     payload, sent again in order until the stream has stored them all;
+//   - cancels (cancel.go), arbitrated across the fleet in a bucket, whether the job is
+//     queued or running (running.go);
+//   - sessions (session.go, opener.go): calls that run one at a time in one process,
+//     routed to the worker that holds their container, and their ends;
+//   - files (files.go, tenantfiles.go): input files into the workspace, artifacts and
+//     display images out to the object store, a tenant's in a bucket of its own;
+//   - tenants (tenant.go): their subjects, keys, shares of the backlog and of the
+//     background work (background.go);
+//   - the sandbox catalog (catalog.go): what each sandbox offers, for agents;
+//   - triage (triage.go): jobs and calls no worker can take;
+//   - liveness (liveness.go): the fleet's view of its workers, for the pool's reaper;
+//   - telemetry (telemetry.go): spans and instruments.
+//
+// It does not own containers (package sandboxpool), images (imagebuild), the
+// harness's protocol (harness), the wire formats (wire), nor the process around it:
+// the embedded NATS server, telemetry setup and health endpoints are cmd/worker's.
 package worker

@@ -76,8 +76,8 @@ func (f *files) inputs(ctx context.Context, ref execRef, job *wire.Job, limit in
 			}
 			// A description written by hand: no sum of sizes may wrap, and its chunks
 			// are read on a subject of its NUID, which no wildcard may widen to the
-			// whole bucket (a review's: each read walked a tenant's 2 million
-			// messages in the server's loop of the worker's connection).
+			// whole bucket (each read would walk every message of the tenant's bucket
+			// in the server's loop of the worker's connection).
 			switch {
 			case info.Size > maxObjectSize:
 				return nil, &errInputFile{fmt.Sprintf("input file %s: object %q claims %d bytes", jf.Path, jf.Object, info.Size)}

@@ -36,8 +36,8 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		Duplicates:  c.DuplicateWindow,
 		// A call is deleted once done with (run, or answered): what the stream holds
 		// is waiting, and a full stream refuses a call rather than drop a waiting one
-		// of another session (it kept them and dropped the oldest: a review's flood
-		// of one session's calls lost another's). One session is one subject.
+		// of another session (one that kept them and dropped the oldest let a flood
+		// of one session's calls lose another's). One session is one subject.
 	}}
 	for _, cfg := range streams {
 		cfg.Replicas, cfg.Storage = c.Replicas, jetstream.FileStorage
@@ -92,8 +92,7 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 // bound stays where it is (the server would delete the oldest, jobs or calls that
 // were accepted); a stream that dropped its oldest when full and holds more than half
 // cfg's bounds goes on doing so (an earlier version's sessions stream kept every call
-// once run: refusing new calls, it would refuse every one until they aged out, a
-// review's attack). Either is logged; a later start applies cfg.
+// once run: refusing new calls, it would refuse every one until they aged out). Either is logged; a later start applies cfg.
 func (w *Worker) keepStored(ctx context.Context, cfg *jetstream.StreamConfig) error {
 	stream, err := w.js.Stream(ctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -193,8 +192,7 @@ func (w *Worker) ensureConsumers(ctx context.Context) error {
 			MaxDeliver:    -1,
 			// Unlimited: the opener holds the last call of every live session until it
 			// has its end (session.go); at the default 1,000, when it held every call,
-			// one session's queue of calls kept the sandbox's others from opening (a
-			// review's attack).
+			// one session's queue of calls kept the sandbox's others from opening.
 			MaxAckPending: -1,
 			Replicas:      c.Replicas,
 		})

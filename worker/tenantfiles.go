@@ -22,8 +22,8 @@ import (
 // the background work, at most chunkRate a second: a request costs the fleet a direct
 // get of the object's description and one of a chunk, whatever it asks.
 // Not the JetStream API under an import: a direct get with a batch reads the whole
-// bucket into the server's memory for one request (a review's finding, 0.9 to 5.8 GiB
-// of heap from 32 requests), and a consumer's deliver subject would make the fleet's
+// bucket into the server's memory for one request (gigabytes of heap from a few
+// dozen requests), and a consumer's deliver subject would make the fleet's
 // account publish where the tenant chose.
 
 // filesAll matches the chunk requests of every tenant, and only theirs.
@@ -33,8 +33,8 @@ const (
 	// chunkRate and chunkBurst bound the chunk requests a worker serves a tenant: 512
 	// a second (64 MiB/s of 128 KiB chunks), 128 at once. A request costs the tenant
 	// ~100 bytes and the fleet a chunk's read and send, to a reply subject nobody may
-	// listen to: a review's flood moved 200 MB/s through one worker on 126 KB/s of
-	// requests. Beyond the rate a request is answered at once, busy, with no read.
+	// listen to: a flood of them amplifies a tenant's few bytes into the fleet's
+	// megabytes. Beyond the rate a request is answered at once, busy, with no read.
 	chunkRate  = 512
 	chunkBurst = 128
 )
@@ -163,7 +163,7 @@ func (f *files) chunk(ctx context.Context, tenant string, req []byte, reply *nat
 	}
 	// The name goes into a subject of the lookup (base64, a third longer): unbounded,
 	// it made a line longer than the server's max_control_line, which closes the
-	// worker's connection for good (a review's finding).
+	// worker's connection for good.
 	if len(r.Object) > wire.MaxObjectNameLength {
 		return fmt.Errorf("object name of %d bytes: at most %d", len(r.Object), wire.MaxObjectNameLength)
 	}

@@ -117,7 +117,7 @@ func (s subjects) served(ctx context.Context, js jetstream.JetStream, sandbox st
 // a sandbox no worker serves (its messages were answered as they were seen), and
 // deletes those of a subject that names no sandbox. A sweep is the fleet's background
 // work, one of a stream at a time however many messages ask (a tenant's flood of them
-// filled its own queue before, and the messages behind stayed: a review's attack); a
+// would fill its own queue, and the messages behind would stay); a
 // sweep asked for while one runs, or cut short by its deadline, runs after it.
 const (
 	sweepIdle    = iota
@@ -279,7 +279,7 @@ func identify(h nats.Header, data []byte) (id, ct string, meta map[string]string
 // another session published while no worker ran at all waits for the first worker of
 // its sandbox); a call on a subject that names no session (a literal wildcard) is
 // removed by the sweep too. Either would hold room until the stream's max age (a
-// flood of them refused every session's calls, a review's attack). Should an opener
+// flood of them would refuse every session's calls). Should an opener
 // come first, it skips such a call, since it has its end (opener.go).
 func (t *triage) seeSession(m *nats.Msg) {
 	tenant, sandbox, _, err := wire.ParseSessionSubject(m.Subject)
