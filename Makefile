@@ -10,6 +10,10 @@ BASE_IMAGE  ?= jazzmine-python-base:bookworm
 # with scipy, whose python3-pythran depends on g++.
 DATASCIENCE_IMAGE    ?= jazzmine-python-datascience:bookworm
 DATASCIENCE_PACKAGES ?= python3-numpy python3-pandas python3-matplotlib libopenblas0-serial python3-munkres
+# gVisor's runsc, built from the Go module proxy (gvisor.dev/gvisor, whose Go module is
+# its repository's "go" branch) by make gvisor. One exact pseudo-version: a newer one is
+# a change of the sandboxes' kernel, to be tested like one.
+GVISOR_VERSION ?= v0.0.0-20260905035102-160fafc42237
 GOTESTFLAGS ?=
 # Fuzz budgets in executions, a few seconds to 20 s each here. Counts, not durations: a duration
 # races Go 1.26's fuzz coordinator at its deadline (golang/go#75804) and fails spuriously.
@@ -34,6 +38,10 @@ base-image: ## Build the Python base image from Debian packages (mmdebstrap + do
 datascience-image: ## Build the datascience sandbox's base image: the base image's packages with numpy, pandas, matplotlib (Agg)
 	BASE_IMAGE=$(DATASCIENCE_IMAGE) EXTRA_PACKAGES="$(DATASCIENCE_PACKAGES)" EXTRA_ENV=MPLBACKEND=Agg \
 	  SMOKE_TEST=deploy/base-image/datascience-smoke.py ./deploy/base-image/build.sh
+
+.PHONY: gvisor
+gvisor: ## Build gVisor's runsc (GVISOR_VERSION) from the Go module proxy, install it and register it with Docker as runsc (as root; else print the steps)
+	GO=$(GO) GVISOR_VERSION=$(GVISOR_VERSION) ./deploy/gvisor/install.sh
 
 .PHONY: lint
 lint: ## gofmt, go vet, and a syntax check of the harness

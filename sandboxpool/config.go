@@ -52,6 +52,10 @@ const (
 	SandboxUIDs    = 1 << 24
 	// EgressDir is where a sandbox's EgressVolume is mounted in its containers.
 	EgressDir = "/run/jazzmine/egress"
+	// GVisor is the name of gVisor's runtime as make gvisor registers it with the
+	// engine: a Sandbox.Runtime of this name runs under gVisor's kernel, which the
+	// pool knows for what it enforces otherwise (the PIDs limit, container.go).
+	GVisor = "runsc"
 )
 
 // Labels put on every container the pool creates.

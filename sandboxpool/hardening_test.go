@@ -13,7 +13,7 @@ import (
 
 // hardeningProbe reports what a script sees of its sandbox's hardening.
 const hardeningProbe = `
-import os, shutil
+import os, shutil, socket
 found = {}
 found["uid"] = os.getuid()
 found["gid"] = os.getgid()
@@ -47,9 +47,8 @@ try:
     found["pip_importable"] = True
 except ImportError:
     found["pip_importable"] = False
-found["interfaces"] = sorted(os.listdir("/sys/class/net"))
+found["interfaces"] = sorted(name for _, name in socket.if_nameindex())
 found["netns"] = os.readlink("/proc/self/ns/net")
-import socket
 srv = socket.create_server(("127.0.0.1", 0))
 cli = socket.create_connection(srv.getsockname(), timeout=5)
 conn, _ = srv.accept()
