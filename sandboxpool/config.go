@@ -52,10 +52,6 @@ const (
 	SandboxUIDs    = 1 << 24
 	// EgressDir is where a sandbox's EgressVolume is mounted in its containers.
 	EgressDir = "/run/jazzmine/egress"
-	// GVisor is the name of gVisor's runtime as make gvisor registers it with the
-	// engine: a Sandbox.Runtime of this name runs under gVisor's kernel, which the
-	// pool knows for what it enforces otherwise (the PIDs limit, container.go).
-	GVisor = "runsc"
 )
 
 // Labels put on every container the pool creates.
@@ -99,7 +95,9 @@ type Sandbox struct {
 	// worker's environment; one found in neither is left unset (an execution that
 	// requires it fails with missing_secrets).
 	Secrets []string
-	// Runtime is an OCI runtime such as runsc; empty means Docker's default.
+	// Runtime is the OCI runtime of the containers, a name the engine knows
+	// (CheckRuntimes): GVisor for gVisor's kernel, runc for the host's; empty means
+	// the engine's default.
 	Runtime string
 	// MemoryBytes limits memory, with no swap; zero means DefaultMemoryBytes.
 	MemoryBytes int64

@@ -207,6 +207,9 @@ func (m *member) run(ctx context.Context, warm chan struct{}) error {
 		poolCfg.Sandboxes = append(poolCfg.Sandboxes, sb)
 		wcfg.Sandboxes = append(wcfg.Sandboxes, sandboxspec.Worker(sb, m.cfg.Sandboxes[name]))
 	}
+	if err := isolate(ctx, m.docker, m.settings.RequireGVisor, poolCfg.Sandboxes, wcfg.Sandboxes); err != nil {
+		return err
+	}
 	if err := setUpEgress(ctx, m.docker, m.builder, m.cfg, poolCfg.Sandboxes, m.log); err != nil {
 		return err
 	}
