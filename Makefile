@@ -55,7 +55,7 @@ test-python: ## Python unit tests of the harness
 	$(PYTHON) -m unittest discover -s harness/pytests -t harness/pytests -v
 
 .PHONY: test-go
-test-go: ## Go tests with the race detector (real harness, real Docker, in-process NATS)
+test-go: ## Go tests with the race detector (real harness, real Docker, in-process NATS); the isolation suites under runc and runsc
 	$(GO) test -race -count=1 -timeout 20m $(GOTESTFLAGS) ./...
 
 .PHONY: fuzz
@@ -101,8 +101,21 @@ bench: base-image ## Measure latency, throughput, pool, memory and isolation sid
 	$(BENCH) -bench 'DockerExec' -benchtime 100x ./worker/
 	$(BENCH) -bench 'DockerRun' -benchtime 30x ./worker/
 	$(BENCH) -bench 'Memory' -benchtime 1x ./worker/
+	$(MAKE) --no-print-directory bench-tiers-run
 	$(GO) run ./internal/benchreport -in $(BENCH_OUT) -out docs -command "make bench"
 	@echo "wrote docs/BENCHMARKS.md"
+
+.PHONY: bench-tiers
+bench-tiers: base-image ## runc and gVisor side by side: a trivial job's median and p99, jobs/s at 8 agents, CPU per job, spawn, memory (needs make gvisor)
+	rm -rf $(BENCH_OUT) && mkdir -p $(BENCH_OUT)
+	$(MAKE) --no-print-directory bench-tiers-run
+	$(GO) run ./internal/benchreport -tiers -in $(BENCH_OUT)
+
+.PHONY: bench-tiers-run
+bench-tiers-run: ## The runs of bench-tiers, recording into BENCH_OUT (make bench-tiers prints them)
+	$(BENCH) -bench 'Tiers/.*/(latency|agents=8)$$' -benchtime 1000x ./worker/
+	$(BENCH) -bench 'Tiers/.*/spawn$$' -benchtime 20x ./worker/
+	$(BENCH) -bench 'Tiers/.*/memory$$' -benchtime 1x ./worker/
 
 .PHONY: profile
 profile: base-image ## CPU profile of the worker side (NATS, worker, client) at 8 agents; prints the top and keeps bench-out/cpu.prof

@@ -56,11 +56,11 @@ else
     mkdir -p "$CACHE"
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
-    # Outside any module (GOFLAGS=-mod=mod, no go.mod around), so that the project's
+    # Outside any module (an empty directory, no workspace), so that the project's
     # go.mod never sees gVisor. Static: a runsc linked to the C library fails every
     # container ("error executing umounter: fork/exec /proc/self/exe: no such file or
     # directory").
-    (cd "$tmp" && CGO_ENABLED=0 GOBIN="$tmp/bin" GOFLAGS=-mod=mod GOWORK=off \
+    (cd "$tmp" && CGO_ENABLED=0 GOBIN="$tmp/bin" GOWORK=off \
       "$GO" install -trimpath -ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$GVISOR_VERSION" \
       "gvisor.dev/gvisor/runsc@$GVISOR_VERSION") || die "go install gvisor.dev/gvisor/runsc@$GVISOR_VERSION failed"
     mv "$tmp/bin/runsc" "$built"
