@@ -124,8 +124,9 @@ var deniedSyscalls = [][]string{
 // registers it) but answers every SCMP_ACT_ERRNO rule with EPERM, whatever its errnoRet:
 // under it, Python could start no thread. So the rule is SCMP_ACT_TRACE instead, which
 // both kernels answer with ENOSYS when no tracer is attached (seccomp(2); gVisor's
-// pkg/sentry/kernel/seccomp.go), and none can be: ptrace is denied to every process
-// of a sandbox, and a sandbox is never traced from the host. One profile for both
+// pkg/sentry/kernel/seccomp.go), and none can be from inside: ptrace is denied to
+// every process of a sandbox (a tracer of the host's root would let clone3 through,
+// unfiltered, and root of the host has the sandbox anyway). One profile for both
 // runtimes; the seccomp test checks the ENOSYS under each.
 
 // deniedCloneFlags are refused to clone on top of the namespace flags that Docker's
