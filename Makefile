@@ -10,6 +10,10 @@ BASE_IMAGE  ?= jazzmine-python-base:bookworm
 # with scipy, whose python3-pythran depends on g++.
 DATASCIENCE_IMAGE    ?= jazzmine-python-datascience:bookworm
 DATASCIENCE_PACKAGES ?= python3-numpy python3-pandas python3-matplotlib libopenblas0-serial python3-munkres
+# gVisor's runsc, built from the Go module proxy (gvisor.dev/gvisor, whose Go module is
+# its repository's "go" branch) by make gvisor. One exact pseudo-version: a newer one is
+# a change of the sandboxes' kernel, to be tested like one.
+GVISOR_VERSION ?= v0.0.0-20260905035102-160fafc42237
 GOTESTFLAGS ?=
 # Fuzz budgets in executions, a few seconds to 20 s each here. Counts, not durations: a duration
 # races Go 1.26's fuzz coordinator at its deadline (golang/go#75804) and fails spuriously.
@@ -41,6 +45,10 @@ datascience-image: ## Build the datascience sandbox's base image: the base image
 ipython-reference: datascience-image ## Record IPython's answers to the MCP comparison cells (cmd/worker/testdata/ipython) with Debian's ipython3 on the datascience base image
 	DATASCIENCE_IMAGE=$(DATASCIENCE_IMAGE) ./cmd/worker/testdata/ipython/record.sh
 
+.PHONY: gvisor
+gvisor: ## Build gVisor's runsc (GVISOR_VERSION) from the Go module proxy, install it and register it with Docker as runsc (as root; else print the steps)
+	GO=$(GO) GVISOR_VERSION=$(GVISOR_VERSION) ./deploy/gvisor/install.sh
+
 .PHONY: lint
 lint: ## gofmt, go vet, and a syntax check of the harness
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -53,7 +61,7 @@ test-python: ## Python unit tests of the harness
 	$(PYTHON) -m unittest discover -s harness/pytests -t harness/pytests -v
 
 .PHONY: test-go
-test-go: ## Go tests with the race detector (real harness, real Docker, in-process NATS)
+test-go: ## Go tests with the race detector (real harness, real Docker, in-process NATS); the isolation suites under runc and runsc
 	$(GO) test -race -count=1 -timeout 20m $(GOTESTFLAGS) ./...
 
 .PHONY: fuzz
@@ -100,8 +108,21 @@ bench: base-image ## Measure latency, throughput, pool, memory and isolation sid
 	$(BENCH) -bench 'DockerExec' -benchtime 100x ./worker/
 	$(BENCH) -bench 'DockerRun' -benchtime 30x ./worker/
 	$(BENCH) -bench 'Memory' -benchtime 1x ./worker/
+	$(MAKE) --no-print-directory bench-tiers-run
 	$(GO) run ./internal/benchreport -in $(BENCH_OUT) -out docs -command "make bench"
 	@echo "wrote docs/BENCHMARKS.md"
+
+.PHONY: bench-tiers
+bench-tiers: base-image ## runc and gVisor side by side: a trivial job's median and p99, jobs/s at 8 agents, CPU per job, spawn, memory (needs make gvisor)
+	rm -rf $(BENCH_OUT) && mkdir -p $(BENCH_OUT)
+	$(MAKE) --no-print-directory bench-tiers-run
+	$(GO) run ./internal/benchreport -tiers -in $(BENCH_OUT)
+
+.PHONY: bench-tiers-run
+bench-tiers-run: ## The runs of bench-tiers, recording into BENCH_OUT (make bench-tiers prints them)
+	$(BENCH) -bench 'Tiers/.*/(latency|agents=8)$$' -benchtime 1000x ./worker/
+	$(BENCH) -bench 'Tiers/.*/spawn$$' -benchtime 20x ./worker/
+	$(BENCH) -bench 'Tiers/.*/memory$$' -benchtime 1x ./worker/
 
 .PHONY: profile
 profile: base-image ## CPU profile of the worker side (NATS, worker, client) at 8 agents; prints the top and keeps bench-out/cpu.prof

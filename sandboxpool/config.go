@@ -95,7 +95,9 @@ type Sandbox struct {
 	// worker's environment; one found in neither is left unset (an execution that
 	// requires it fails with missing_secrets).
 	Secrets []string
-	// Runtime is an OCI runtime such as runsc; empty means Docker's default.
+	// Runtime is the OCI runtime of the containers, a name the engine knows
+	// (CheckRuntimes): GVisor for gVisor's kernel, runc for the host's; empty means
+	// the engine's default.
 	Runtime string
 	// MemoryBytes limits memory, with no swap; zero means DefaultMemoryBytes.
 	MemoryBytes int64

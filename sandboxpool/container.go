@@ -161,6 +161,20 @@ func (p *Pool) createOptions(sb *Sandbox, name string, uid int) client.Container
 		// the container's user's whatever the image says.
 		return fmt.Sprintf("rw,nosuid,nodev,noexec,uid=%d,gid=%d,mode=0700,size=%d", uid, SandboxUID, size)
 	}
+	var ulimits []*container.Ulimit
+	if sb.Runtime == GVisor {
+		// gVisor's kernel runs a sandbox's processes as tasks of its own. The host's
+		// PIDs cgroup counts the host's threads of the sandbox instead: gVisor's
+		// (about 25 idle) and, on the systrap platform, a stub for each of its
+		// processes and threads (200 with 127 processes here); at the sandbox's own
+		// limit a fork bomb crashed gVisor at 40 processes. So the host's limit is a
+		// multiple of it, and the script's processes are bounded by RLIMIT_NPROC,
+		// which gVisor counts per uid within the sandbox's kernel, threads included,
+		// as the PIDs cgroup counts them. Not under runc, where that count is the
+		// host's for the uid: with SharedUID it would be every container's.
+		ulimits = []*container.Ulimit{{Name: "nproc", Soft: pids, Hard: pids}}
+		pids *= gVisorHostPIDs
+	}
 	return client.ContainerCreateOptions{
 		Name: name,
 		Config: &container.Config{
@@ -200,7 +214,7 @@ func (p *Pool) createOptions(sb *Sandbox, name string, uid int) client.Container
 			LogConfig:      container.LogConfig{Type: "none"},
 			ReadonlyRootfs: true,
 			CapDrop:        []string{"ALL"},
-			SecurityOpt:    append([]string{"no-new-privileges"}, seccompOpts...), // seccomp.go
+			SecurityOpt:    append([]string{"no-new-privileges"}, seccompFor(sb.Runtime)...), // seccomp.go
 			Runtime:        sb.Runtime,
 			Tmpfs: map[string]string{
 				"/workspace": tmpfs(sb.WorkspaceBytes),
@@ -212,10 +226,15 @@ func (p *Pool) createOptions(sb *Sandbox, name string, uid int) client.Container
 				MemorySwap: sb.MemoryBytes, // no swap
 				NanoCPUs:   sb.NanoCPUs,
 				PidsLimit:  &pids,
+				Ulimits:    ulimits,
 			},
 		},
 	}
 }
+
+// gVisorHostPIDs is how many host PIDs a gVisor sandbox may use for each process its
+// PIDs limit lets a script have (see createOptions).
+const gVisorHostPIDs = 4
 
 // createTimeout bounds a container's create, which Close waits for.
 const createTimeout = time.Minute

@@ -29,6 +29,13 @@ func sandbox(t testing.TB, name string, poolSize, overflow int) sandboxpool.Sand
 	return sandboxpool.Sandbox{Name: name, Image: testImage(t), PoolSize: poolSize, MaxOverflow: overflow, ReadyTimeout: 60 * time.Second}
 }
 
+// sandboxUnder is sandbox with the OCI runtime rt (testenv.Runtimes).
+func sandboxUnder(t testing.TB, rt, name string, poolSize, overflow int) sandboxpool.Sandbox {
+	sb := sandbox(t, name, poolSize, overflow)
+	sb.Runtime = rt
+	return sb
+}
+
 // newPool starts a pool with a worker id of its own and, at cleanup, closes it and
 // checks with the Docker API that none of its containers is left.
 func newPool(t testing.TB, cfg sandboxpool.Config) *sandboxpool.Pool {

@@ -10,34 +10,16 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/sandboxpool"
 )
 
-// requireRuntime skips the test unless the engine has the OCI runtime name registered
-// (daemon.json "runtimes"). CI does not register runsc, so this never fails a run there.
-func requireRuntime(t *testing.T, name string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	info, err := docker(t).Info(ctx, client.InfoOptions{})
-	if err != nil {
-		t.Fatalf("engine info: %v", err)
-	}
-	if _, ok := info.Info.Runtimes[name]; !ok {
-		t.Skipf("the engine has no %q runtime (it has %v)", name, info.Info.Runtimes)
-	}
-}
-
 // TestExecutionsRunUnderGVisorWhenTheSandboxAsksForRunsc runs the harness's executions
-// in a sandbox with runtime: runsc, where the engine has gVisor registered. gVisor's
-// runsc of Debian bookworm (release 20221219) needs "runtimeArgs": ["--network=none"]
-// beside its path in daemon.json: with its default network mode it fails to start a
-// container of network "none" ("cannot run with network enabled in root network
-// namespace"), and a sandbox has no network.
+// in a sandbox with runtime: runsc, as make gvisor registers it: each in gVisor's
+// kernel, not the host's, after a reset of the same container.
 func TestExecutionsRunUnderGVisorWhenTheSandboxAsksForRunsc(t *testing.T) {
-	requireRuntime(t, "runsc")
-	sb := sandbox(t, "gvisor", 1, 0)
-	sb.Runtime = "runsc"
+	testenv.RequireRuntime(t, sandboxpool.GVisor)
+	sb := sandboxUnder(t, sandboxpool.GVisor, "gvisor", 1, 0)
 	p := newPool(t, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sb}})
 	hostRelease, err := os.ReadFile("/proc/sys/kernel/osrelease")
 	if err != nil {
@@ -75,7 +57,7 @@ emit_result(found)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rt := info.Container.HostConfig.Runtime; rt != "runsc" {
+			if rt := info.Container.HostConfig.Runtime; rt != sandboxpool.GVisor {
 				t.Errorf("the container's runtime is %q, want runsc", rt)
 			}
 		}

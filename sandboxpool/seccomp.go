@@ -100,7 +100,7 @@ var deniedSyscalls = [][]string{
 	// clone3 stay as the default has them (clone is allowed only without namespace
 	// flags, and clone3, whose flags seccomp cannot read, answers ENOSYS, which makes
 	// the C library fall back to clone; EPERM there would break every thread and fork),
-	// but for deniedCloneFlags.
+	// but for deniedCloneFlags and the way clone3's ENOSYS is given (clone3ENOSYS).
 	{
 		"unshare", "setns",
 		"mount", "umount2", "mount_setattr", "move_mount", "open_tree",
@@ -117,6 +117,18 @@ var deniedSyscalls = [][]string{
 	//     killed.
 }
 
+// clone3ENOSYS: the default profile answers clone3 with ENOSYS (SCMP_ACT_ERRNO and
+// errnoRet 38), so that the C library falls back to clone, whose flags seccomp can
+// read; any other errno makes it fail, and every thread with it. gVisor applies a
+// container's profile inside its own kernel (runsc --oci-seccomp, as make gvisor
+// registers it) but answers every SCMP_ACT_ERRNO rule with EPERM, whatever its errnoRet:
+// under it, Python could start no thread. So the rule is SCMP_ACT_TRACE instead, which
+// both kernels answer with ENOSYS when no tracer is attached (seccomp(2); gVisor's
+// pkg/sentry/kernel/seccomp.go), and none can be from inside: ptrace is denied to
+// every process of a sandbox (a tracer of the host's root would let clone3 through,
+// unfiltered, and root of the host has the sandbox anyway). One profile for both
+// runtimes; the seccomp test checks the ENOSYS under each.
+
 // deniedCloneFlags are refused to clone on top of the namespace flags that Docker's
 // default refuses. CLONE_PARENT makes the new process its caller's sibling: a script's
 // would be the zygote's child, outside the script's process group and not an orphan
@@ -125,16 +137,39 @@ var deniedSyscalls = [][]string{
 // of its container). Neither fork, threads nor posix_spawn use it.
 const deniedCloneFlags = unix.CLONE_PARENT
 
+// deniedUnderGVisor are denied as well to a sandbox under gVisor: POSIX message
+// queues. gVisor's kernel keeps them but mounts no mqueue filesystem at /dev/mqueue
+// (it ignores that mount of the container's spec), where the harness empties them
+// after every execution under runc: a queue would carry data from one execution to
+// the next, and nothing could list it. Neither Python nor a library a script uses
+// needs them.
+var deniedUnderGVisor = []string{"mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr"}
+
 // seccompOpts are the security options that give a sandbox the profile: its JSON
 // inline, as the docker CLI sends the file named by --security-opt seccomp=FILE. They
 // are built once, when the package is initialised.
-var seccompOpts = []string{"seccomp=" + mustJSON(seccompProfile())}
+var (
+	seccompOpts       = []string{"seccomp=" + mustJSON(seccompProfile(false))}
+	seccompOptsGVisor = []string{"seccomp=" + mustJSON(seccompProfile(true))}
+)
 
-// seccompProfile is Docker's default profile with deniedSyscalls denied.
-func seccompProfile() *seccomp.Seccomp {
+// seccompFor is the security options of the profile for a sandbox of runtime.
+func seccompFor(runtime string) []string {
+	if runtime == GVisor {
+		return seccompOptsGVisor
+	}
+	return seccompOpts
+}
+
+// seccompProfile is Docker's default profile with deniedSyscalls denied, and
+// deniedUnderGVisor too for gVisor.
+func seccompProfile(gVisor bool) *seccomp.Seccomp {
 	var deny []string
 	for _, group := range deniedSyscalls {
 		deny = append(deny, group...)
+	}
+	if gVisor {
+		deny = append(deny, deniedUnderGVisor...)
 	}
 	p := seccomp.DefaultProfile()
 	rules := p.Syscalls[:0]
@@ -145,6 +180,10 @@ func seccompProfile() *seccomp.Seccomp {
 		}
 		if len(r.Names) > 0 || r.Name != "" {
 			rules = append(rules, r)
+		}
+		if slices.Equal(r.Names, []string{"clone3"}) && r.Action == specs.ActErrno {
+			// ENOSYS as a tracer's absence gives it (see clone3ENOSYS).
+			r.Action, r.ErrnoRet = specs.ActTrace, nil
 		}
 		if slices.Equal(r.Names, []string{"clone"}) && r.Action == specs.ActAllow {
 			for i, a := range r.Args { // the flags, masked: allowed when none is set

@@ -89,6 +89,12 @@ type Sandbox struct {
 	// MaxSessions. Zero means half of MaxSessions (at least 1). A tenant also holds at
 	// most half of the worker's MaxSessions, all sandboxes together.
 	TenantSessions int
+	// TenantRefusal, when not empty, is why the sandbox serves the fleet's own account
+	// only: a tenant's job or session call of it ends with an invalid_job error that
+	// says so, and opens no session. A fleet that requires gVisor for its tenants'
+	// sandboxes sets it on each sandbox that runs under another runtime. Empty serves
+	// every tenant.
+	TenantRefusal string
 	// Info is what the fleet's sandbox catalog (wire.SandboxesBucket) says of the
 	// sandbox besides what its containers loaded: its description, limits, packages
 	// and allowed hosts. The worker fills in the name, the tools, Python, the default

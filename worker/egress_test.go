@@ -19,6 +19,7 @@ import (
 
 	"github.com/jazzmine/worker/imagebuild"
 	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
 )
 
@@ -28,28 +29,29 @@ import (
 // addresses are private: each sandbox's private_ranges name the network's subnet,
 // or the proxy refuses the names.
 type egressWorld struct {
-	t      *testing.T
-	srv    *server.Server
-	agent  *agent
-	suffix string
-	a, b   string            // the sandboxes' names
-	net    string            // the targets' network
-	subnet string            // its address range
-	ips    map[string]string // the targets' addresses, by service
-	config string            // the worker's config file
-	worker *workerProcess
-	n      int // workers started
+	t       *testing.T
+	runtime string // the sandboxes' OCI runtime ("" for the engine's default)
+	srv     *server.Server
+	agent   *agent
+	suffix  string
+	a, b    string            // the sandboxes' names
+	net     string            // the targets' network
+	subnet  string            // its address range
+	ips     map[string]string // the targets' addresses, by service
+	config  string            // the worker's config file
+	worker  *workerProcess
+	n       int // workers started
 }
 
 // newEgressWorld starts the targets and a worker with allowlist a for sandbox a,
-// whose private_ranges are the targets' subnet only if aOptsIn. The targets, the
-// sidecar, the sandboxes' volumes and the worker's containers are all removed when
-// the test ends.
-func newEgressWorld(t *testing.T, a string, aOptsIn bool) *egressWorld {
+// whose private_ranges are the targets' subnet only if aOptsIn, its sandboxes under
+// the OCI runtime ("" for the engine's default). The targets, the sidecar, the
+// sandboxes' volumes and the worker's containers are all removed when the test ends.
+func newEgressWorld(t *testing.T, runtime, a string, aOptsIn bool) *egressWorld {
 	testenv.SandboxImage(t)
 	srv, nc := testenv.NATS(t)
 	suffix := fmt.Sprint(time.Now().UnixNano() % 1_000_000)
-	w := &egressWorld{t: t, srv: srv, agent: newAgent(t, nc), suffix: suffix, a: "a" + suffix, b: "b" + suffix,
+	w := &egressWorld{t: t, runtime: runtime, srv: srv, agent: newAgent(t, nc), suffix: suffix, a: "a" + suffix, b: "b" + suffix,
 		net: "jazzmine-test-targets-" + suffix, ips: map[string]string{}, config: filepath.Join(t.TempDir(), "config.yaml")}
 	w.docker("network", "create", "--label", "jazzmine.test=worker", w.net)
 	t.Cleanup(func() { _ = exec.Command("docker", "network", "rm", w.net).Run() })
@@ -107,12 +109,14 @@ func (w *egressWorld) writeAllowlists(a string, aOptsIn bool) {
   %[1]s:
     tools: [%[3]q]
     network: {allowed_hosts: [%[4]s], private_ranges: [%[5]s]}
+    runtime: %[7]q
     pool: {size: 2, max_overflow: 0}
   %[2]s:
     tools: [%[3]q]
     network: {allowed_hosts: ["svc-b:8080"], private_ranges: [%[6]q]}
+    runtime: %[7]q
     pool: {size: 1, max_overflow: 0}
-`, w.a, w.b, tools, a, aRanges, w.subnet)
+`, w.a, w.b, tools, a, aRanges, w.subnet, w.runtime)
 	if err := os.WriteFile(w.config, []byte(cfg), 0o644); err != nil {
 		w.t.Fatal(err)
 	}
@@ -183,7 +187,7 @@ emit_result(out)
 // included; without it, it reaches nothing; the sidecar is replaced when, and only
 // when, an allowlist changes.
 func TestEachSandboxReachesOnlyItsOwnAllowlist(t *testing.T) {
-	w := newEgressWorld(t, `"svc-a:8080"`, true)
+	w := newEgressWorld(t, "", `"svc-a:8080"`, true)
 	a, b := w.a, w.b
 
 	got, _ := w.run(t, a, fmt.Sprintf(fetch, `["http://svc-a:8080/", "http://svc-b:8080/", "http://svc-a:9090/"]`))
@@ -244,7 +248,7 @@ emit_result(out)
 // log says why, while b, which opted in, reaches svc-b; once a opts in, the sidecar
 // is replaced and a reaches svc-a.
 func TestEgressRefusesANameResolvingToAPrivateAddressWithoutTheOptIn(t *testing.T) {
-	w := newEgressWorld(t, `"svc-a:8080"`, false)
+	w := newEgressWorld(t, "", `"svc-a:8080"`, false)
 	a, b := w.a, w.b
 
 	got, _ := w.run(t, a, fmt.Sprintf(fetch, `["http://svc-a:8080/"]`))
@@ -347,9 +351,16 @@ emit_result(out)
 // TestAScriptWithAnAllowlistReachesTheProxyAndNothingElse plays the attacker of
 // docs/SECURITY.md, who has read this repository: a script of a sandbox with an
 // allowlist tries every way out past the proxy, and past its own allowlist, that the
-// old design (a bridge network per sandbox) or this one might leave.
+// old design (a bridge network per sandbox) or this one might leave. Under each
+// runtime: under gVisor the relay reaches the proxy's socket through runsc's
+// --host-uds=open (make gvisor), and the sandbox's network is gVisor's own loopback
+// (--network=none).
 func TestAScriptWithAnAllowlistReachesTheProxyAndNothingElse(t *testing.T) {
-	w := newEgressWorld(t, `"svc-a:8080"`, true)
+	testenv.EachRuntimeInTurn(t, egressAttackUnder)
+}
+
+func egressAttackUnder(t *testing.T, runtime string) {
+	w := newEgressWorld(t, runtime, `"svc-a:8080"`, true)
 	a, b := w.a, w.b
 	host := listenOnTheHost(t)
 
@@ -576,9 +587,15 @@ if listener is not None and os.fork() == 0:
     os._exit(0)
 emit_result(out)
 `)
-		checkResult(t, "tampering", got, map[string]any{
+		want := map[string]any{
 			"bind beside it": "EROFS", "bind over it": "EADDRINUSE", "chmod": "EROFS", "create a file": "EROFS",
-			"found the relay's listener": true, "rename": "EROFS", "unlink": "EROFS"})
+			"found the relay's listener": true, "rename": "EROFS", "unlink": "EROFS"}
+		if runtime == sandboxpool.GVisor {
+			// gVisor checks the directory's owner (the proxy's user) and mode before
+			// the mount's read-only flag: refused all the same.
+			want["chmod"], want["create a file"], want["unlink"] = "EPERM", "EACCES", "EACCES"
+		}
+		checkResult(t, "tampering", got, want)
 		got, next := w.run(t, b, fmt.Sprintf(fetch, `["http://svc-b:8080/", "http://svc-b:8080/index.html"]`))
 		checkResult(t, "the next job", got, map[string]any{"http://svc-b:8080/": "hello from svc-b", "http://svc-b:8080/index.html": "hello from svc-b"})
 		if next != first {

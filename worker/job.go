@@ -149,6 +149,9 @@ func (pr *processor) heartbeat(msg jetstream.Msg) (stop func()) {
 // a cancel ended the job) checkout, run and finish.
 func (pr *processor) process(traced context.Context, sandbox string, msg jetstream.Msg, attempt int, last bool, log *slog.Logger, sess *session) (outcome, string) {
 	job, ref, ct, err := decode(sandbox, msg, pr.cfg.MaxScriptBytes)
+	if err == nil && ref.tenant != "" {
+		err = refusedToTenants(pr.cfg.sandbox(sandbox))
+	}
 	if err != nil {
 		return pr.invalid(traced, job, ref, ct, attempt, err, log)
 	}
@@ -226,6 +229,15 @@ func decode(sandbox string, msg message, maxScript int) (job *wire.Job, ref exec
 		return job, execRef{ref.tenant, ownedID(job, headerID)}, ct, err
 	}
 	return job, execRef{ref.tenant, job.ExecutionID}, ct, nil
+}
+
+// refusedToTenants is the error of a tenant's job or session call of sb, or nil if sb
+// serves tenants (Sandbox.TenantRefusal).
+func refusedToTenants(sb Sandbox) error {
+	if sb.TenantRefusal == "" {
+		return nil
+	}
+	return fmt.Errorf("sandbox %s serves no tenant: %s", sb.Name, sb.TenantRefusal)
 }
 
 // message is what decode reads of a message: a delivery (jetstream.Msg), or one read

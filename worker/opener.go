@@ -116,6 +116,10 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 	// opens no session and has no end; its owner refuses it.
 	key := msg.Headers().Get(wire.HeaderMsgID)
 	valid := wire.ValidateID("execution id", key) == nil
+	if refused := refusedToTenants(s.cfg.sandbox(sandbox)); tenant != "" && refused != nil {
+		s.answerDone(sandbox, msg, wire.KindInvalidJob, refused.Error()) // no tenant's session of it is ever opened
+		return
+	}
 	v, err := s.view(ctx, id, vs, false)
 	if err == nil && v.entry != nil && v.entry.State == sessionOpen && v.held > seq && v.floor < seq && seq > v.readAfter {
 		// Acked on a later call only if stored while the session was open: then its

@@ -101,7 +101,8 @@ func writeConfig(t testing.TB, extra string) string {
 	return writeConfigWith(t, extra, "pool: {size: 1, max_overflow: 1}")
 }
 
-// writeConfigWith is writeConfig with the sandbox's pool line.
+// writeConfigWith is writeConfig with the sandbox's settings beyond its tools: YAML
+// lines at the sandbox's indentation, its pool line first.
 func writeConfigWith(t testing.TB, extra, pool string) string {
 	t.Helper()
 	tools := filepath.Join(testenv.RepoRoot(), "examples", "tools", "*.py")

@@ -219,6 +219,9 @@ func (m *member) run(ctx context.Context, warm chan struct{}) error {
 		wcfg.Sandboxes = append(wcfg.Sandboxes, sandboxspec.Worker(sb, m.cfg.Sandboxes[name]))
 	}
 	sandboxspec.NetworkHint(poolCfg.Sandboxes, m.cfg)
+	if err := isolate(ctx, m.docker, m.settings.RequireGVisor, poolCfg.Sandboxes, wcfg.Sandboxes); err != nil {
+		return err
+	}
 	if err := setUpEgress(ctx, m.docker, m.builder, m.cfg, poolCfg.Sandboxes, m.log); err != nil {
 		return err
 	}

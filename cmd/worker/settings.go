@@ -44,6 +44,10 @@ import (
 //	  shared_uid: false         # every sandbox container as uid 10001: for a Docker daemon in a
 //	                            # user namespace of its own (LXC, Sysbox), where a uid from 2^30
 //	                            # has no mapping (userns-remap and rootless are seen by themselves)
+//	  require_gvisor: ""        # "tenants": a sandbox without runtime: runsc serves the fleet's own
+//	                            # account only (a tenant's job of it ends with invalid_job); "all":
+//	                            # serve refuses to start with such a sandbox. Set, the engine must
+//	                            # have runsc (make gvisor), or serve refuses to start
 type Settings struct {
 	Replicas        int            `yaml:"replicas"`
 	AckWait         time.Duration  `yaml:"ack_wait"`
@@ -68,6 +72,7 @@ type Settings struct {
 	SandboxSessions map[string]int `yaml:"sandbox_sessions"`
 	TenantSessions  map[string]int `yaml:"tenant_sessions"`
 	SharedUID       bool           `yaml:"shared_uid"`
+	RequireGVisor   string         `yaml:"require_gvisor"`
 	SessionIdleTTL  time.Duration  `yaml:"session_idle_ttl"`
 	SessionMaxLife  time.Duration  `yaml:"session_max_life"`
 }
@@ -94,6 +99,11 @@ func parseSettings(node yaml.Node) (Settings, error) {
 				return s, fmt.Errorf("worker section: %s of %q is %d, want at least 1", setting, name, n)
 			}
 		}
+	}
+	switch s.RequireGVisor {
+	case requireGVisorNone, requireGVisorTenants, requireGVisorAll:
+	default:
+		return s, fmt.Errorf("worker section: require_gvisor is %q, want %q, %q or nothing", s.RequireGVisor, requireGVisorTenants, requireGVisorAll)
 	}
 	if s.MaxSessions < 0 || s.Replicas < 0 || s.MaxDeliver < 0 || s.MaxBacklog < 0 || s.MaxBacklogBytes < 0 || s.FilesMaxBytes < 0 || s.TenantFiles < 0 || s.MaxScriptBytes < 0 {
 		return s, errors.New("worker section: counts must not be negative")

@@ -1,8 +1,10 @@
 """The wipe after every execution: the scratch directories emptied and given back
 their modes and extended attributes, and System V IPC removed."""
 
+import ctypes
 import os
 import stat
+import struct
 
 from . import system
 from .limits import Retire
@@ -120,6 +122,8 @@ class SysvIpc:
     container runs as our uid, so every object is ours to remove."""
 
     IPC_RMID = 0
+    # The commands that count a kind's objects (SHM_INFO, SEM_INFO, MSG_INFO).
+    SHM_INFO, SEM_INFO, MSG_INFO = 14, 19, 12
 
     def __init__(self):
         self.kinds = []  # (fd, remove(id))
@@ -139,6 +143,11 @@ class SysvIpc:
                 continue
 
     def remove_all(self):
+        """Removes every object. Raises Retire where the kernel does not list them (no
+        /proc/sysvipc) and some are left."""
+        if not self.kinds:
+            self._none_left()
+            return
         for fd, remove in self.kinds:
             tried = set()
             while True:  # a listing longer than one read is removed in rounds
@@ -157,3 +166,25 @@ class SysvIpc:
                 for i in ids:
                     remove(i)
                 tried |= ids
+
+    def _none_left(self):
+        """Where the kernel has no /proc/sysvipc (gVisor), the objects cannot be listed,
+        and so not removed: their counts are read instead (the *_INFO commands, one call
+        each), and an execution that left any retires the container. Only a script that
+        makes them pays, with a container of its own next time."""
+        try:
+            libc = system.libc()
+        except OSError:
+            return
+        shm = ctypes.create_string_buffer(64)  # struct shm_info: used_ids, then shm_tot (pages)
+        sem = (ctypes.c_int * 10)()  # struct seminfo: semusz, the sets, is its 8th field
+        msg = (ctypes.c_int * 8)()  # struct msginfo: msgpool, the queues, is its first
+        left = []
+        if libc.shmctl(0, self.SHM_INFO, shm) >= 0 and struct.unpack_from("=i4xQ", shm.raw)[1] > 0:
+            left.append("shared memory")
+        if libc.semctl(0, 0, self.SEM_INFO, sem) >= 0 and sem[7] > 0:
+            left.append("semaphore sets")
+        if libc.msgctl(0, self.MSG_INFO, msg) >= 0 and msg[0] > 0:
+            left.append("message queues")
+        if left:
+            raise Retire("an execution left System V %s, which this kernel does not list (no /proc/sysvipc)" % ", ".join(left))

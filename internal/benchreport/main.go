@@ -32,8 +32,24 @@ func main() {
 	in := flag.String("in", "bench-out", "directory of the recorded samples")
 	out := flag.String("out", "docs", "directory of BENCHMARKS.md; plots go to its bench/")
 	command := flag.String("command", "make bench", "the command that produced the samples, for the report")
+	tiersOnly := flag.Bool("tiers", false, "print only the isolation tiers' table (BenchmarkTiers) to stdout, and write nothing")
 	flag.StringVar(&plotExt, "format", "svg", "format of the plots: svg or png")
 	flag.Parse()
+	if *tiersOnly {
+		all, err := load(*in)
+		if err == nil {
+			r := &report{}
+			if err = r.tiers(all); err == nil {
+				r.summary()
+				fmt.Print(r.b.String())
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchreport:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*in, *out, *command); err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
@@ -137,7 +153,7 @@ func run(in, out, command string) error {
 	if err := os.MkdirAll(r.plots, 0o755); err != nil {
 		return err
 	}
-	sections := []func(map[string]*series) error{r.latency, r.pace, r.throughput, r.pool, r.memory, r.isolation}
+	sections := []func(map[string]*series) error{r.latency, r.pace, r.throughput, r.pool, r.memory, r.isolation, r.tiers}
 	for _, f := range sections {
 		if err := f(all); err != nil {
 			return err
@@ -448,6 +464,61 @@ func (r *report) isolation(all map[string]*series) error {
 		}
 		r.p("![container CPU per job](bench/isolation.%s)", plotExt)
 		r.p("")
+	}
+	return nil
+}
+
+// tierAim is the most gVisor's median trivial job may take, as a multiple of runc's
+// in the same run.
+const tierAim = 2.5
+
+// tiers is BenchmarkTiers: runc and gVisor side by side.
+func (r *report) tiers(all map[string]*series) error {
+	tier := func(rt, what string) *series { return all["BenchmarkTiers/runtime="+rt+"/"+what] }
+	if tier("runc", "latency") == nil && tier("runsc", "latency") == nil {
+		return nil
+	}
+	r.p("## Isolation tiers: runc and gVisor")
+	r.p("")
+	r.p("The trivial job through the worker under each tier, in one run (`BenchmarkTiers`, `make bench-tiers`): runc, the host's kernel behind the seccomp profile, and gVisor's runsc on the systrap platform (`make gvisor`). One agent with 5 ms between calls and a pool of two, as in the first table; eight agents back to back and a pool of four; containers never recycled. CPU per job is the containers' (Docker's stats: under gVisor, the work of its kernel is the container's).")
+	r.p("")
+	r.p("| what | runc | gVisor (runsc) | gVisor / runc |")
+	r.p("|---|---|---|---|")
+	cell := func(s *series, f func(*series) float64, format string) (string, float64) {
+		if s == nil {
+			return "–", 0
+		}
+		v := f(s)
+		return fmt.Sprintf(format, v), v
+	}
+	line := func(label, what string, f func(*series) float64, format string) float64 {
+		a, av := cell(tier("runc", what), f, format)
+		b, bv := cell(tier("runsc", what), f, format)
+		ratio := "–"
+		if av > 0 && bv > 0 {
+			ratio = fmt.Sprintf("%.2f×", bv/av)
+		}
+		r.p("| %s | %s | %s | %s |", label, a, b, ratio)
+		if av > 0 {
+			return bv / av
+		}
+		return 0
+	}
+	msOf := func(q float64) func(*series) float64 {
+		return func(s *series) float64 { return float64(s.q(q).Microseconds()) / 1000 }
+	}
+	value := func(key string) func(*series) float64 { return func(s *series) float64 { return s.Values[key] } }
+	median := line("trivial job, one agent: median", "latency", msOf(0.5), "%.2f ms")
+	line("trivial job, one agent: p99", "latency", msOf(0.99), "%.2f ms")
+	line("container CPU per job, one agent", "latency", value("container_cpu_ms_per_job"), "%.2f ms")
+	line("jobs/s, 8 agents", "agents=8", value("jobs_per_s"), "%.1f")
+	line("container CPU per job, 8 agents", "agents=8", value("container_cpu_ms_per_job"), "%.2f ms")
+	line("spawn to ready: median", "spawn", msOf(0.5), "%.0f ms")
+	line("memory per warm container (cgroup usage)", "memory", value("container_mean_usage_mb"), "%.1f MiB")
+	line("memory per warm container (anonymous)", "memory", value("container_mean_anon_mb"), "%.1f MiB")
+	r.p("")
+	if median > 0 {
+		r.aim("gVisor's median trivial job against runc's, same run", fmt.Sprintf("at most %.1f×", tierAim), fmt.Sprintf("%.2f×", median), median <= tierAim)
 	}
 	return nil
 }
