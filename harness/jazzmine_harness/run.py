@@ -223,7 +223,12 @@ class Run:
                 elif what == "event":
                     self._read_events(child)
                 elif what is not None:
-                    self._read_text(child, what)
+                    # The output first, then the events: an event written before any
+                    # of it is in the event pipe by then, and relays the output the
+                    # child had written before it (see _child_event); the rest after.
+                    self._pull_text(child, what)
+                    self._read_events(child)
+                    self._read_text(child, what, pipe=False)
             if zygote_gone and not exited:
                 exited = self._orphan_ended(child)
             if self.over_limit and self.killed is None:
@@ -294,30 +299,56 @@ class Run:
                 keep.append(req)
         h.pending[:] = keep
 
-    def _read_text(self, child, stream, upto=None):
-        """Relays what the child's stream holds, READS_PER_PASS reads at most, and no
-        byte past the upto'th it has written when upto is given."""
+    def _pull_text(self, child, stream):
+        """Reads what the child's stream holds, READS_PER_PASS reads at most, into
+        child.pulled, without relaying it yet."""
+        pulled = child.pulled[stream]
+        for _ in range(READS_PER_PASS):
+            data = self._read_pipe(child, stream, CHUNK_BYTES)
+            if not data:
+                return
+            pulled += data
+            if len(data) < CHUNK_BYTES:
+                return
+
+    def _read_pipe(self, child, stream, n):
+        """At most n bytes of the child's stream, or b"" when it holds none now (or has
+        ended: then its pipe is closed)."""
         fd = child.fds.get(stream)
         if fd is None:
-            return
+            return b""
+        try:
+            data = os.read(fd, n)
+        except OSError:  # BlockingIOError: nothing now
+            return b""
+        if not data:
+            self._close_fd(child, stream)
+        return data
+
+    def _read_text(self, child, stream, upto=None, pipe=True):
+        """Relays the child's output of stream, what was pulled first, then what its
+        pipe holds (unless not pipe: what it holds may have been written after an
+        event not read yet), READS_PER_PASS reads at most, and no byte past the upto'th
+        it has written when upto is given."""
+        pulled = child.pulled[stream]
         for _ in range(READS_PER_PASS):
             want = CHUNK_BYTES if upto is None else min(CHUNK_BYTES, upto - child.relayed[stream])
             if want <= 0:
                 return
-            try:
-                data = os.read(fd, want)
-            except BlockingIOError:
+            if pulled:
+                data = bytes(pulled[:want])
+                del pulled[:want]
+            elif not pipe:
                 return
-            except OSError:
-                return
-            if not data:
-                self._close_fd(child, stream)
-                return
+            else:
+                data = self._read_pipe(child, stream, want)
+                if not data:
+                    return
             child.relayed[stream] += len(data)
             text = self.decoders[stream].decode(data)
             if text:
                 self.emit_text(stream, text)
-            if len(data) < CHUNK_BYTES or self.over_limit:
+            if self.over_limit:
                 return
 
     def _drain_text(self, child, upto=None):

@@ -238,7 +238,8 @@ class Child:
         self.zygote = zygote
         self.status = None  # wait status once reaped
         self.evbuf = bytearray()  # event bytes read but not yet parsed
-        self.relayed = {p.STDOUT: 0, p.STDERR: 0}  # bytes read from each output pipe: a session's calls go on counting
+        self.relayed = {p.STDOUT: 0, p.STDERR: 0}  # bytes relayed of each output: a session's calls go on counting
+        self.pulled = {p.STDOUT: bytearray(), p.STDERR: bytearray()}  # bytes read from each output pipe, not yet relayed
         self.is_warm = False
         # Prepared here, at fork time, off the critical path of the execution.
         self.poll = select.poll()
