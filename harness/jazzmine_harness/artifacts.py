@@ -270,3 +270,31 @@ def _read(fd, n):
         pieces.append(piece)
         got += len(piece)
     return b"".join(pieces)
+
+
+# Entries of the workspace stray reads at most: a hint, not an inventory.
+STRAY_ENTRIES = 1000
+
+
+def stray(workspace_fd, since, requested):
+    """The names at the top of the workspace, but out/ and the paths requested as
+    artifacts, that an execution made or changed at since (time.time()) or later: they
+    do not come back. Directories end in a slash. Read by the parent, through the
+    workspace's descriptor, only when the directory's own time says a name was added or
+    removed since; nothing is followed."""
+    try:
+        if os.fstat(workspace_fd).st_mtime < since:
+            return []
+        wanted = {"out"} | {a.strip("/").split("/")[0] for a in requested if isinstance(a, str)}
+        names = []
+        with os.scandir(workspace_fd) as entries:
+            for n, entry in enumerate(entries):
+                if n >= STRAY_ENTRIES:
+                    break
+                if entry.name in wanted:
+                    continue
+                if entry.stat(follow_symlinks=False).st_mtime >= since:
+                    names.append(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
+        return sorted(names)
+    except OSError:
+        return []

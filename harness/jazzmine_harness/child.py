@@ -242,7 +242,7 @@ def reseed():
 
 
 _WARM_UP_REQUEST = json.dumps(
-    {"type": p.EXECUTE, "execution_id": "warm-up", "script": "emit_log('x')\nemit_result({'a': [1, 2.5, 'x', None]})\n{'b': (1, 2.5, float('nan'))}", "timeout": 30, "mode": p.MODE_PLAN}
+    {"type": p.EXECUTE, "execution_id": "warm-up", "script": "emit_log('x')\nemit_result({'a': [1, 2.5, 'x', None]})\n6 * 7", "timeout": 30, "mode": p.MODE_PLAN}
 )
 
 
@@ -423,7 +423,7 @@ def show_value(io_, g, value, count, state):
         g["_"] = value  # not when the script set _ itself: IPython leaves it then
     _shown["value"] = value
     try:
-        data, image = display.bundle(value)
+        data, image = _scalar_bundle(value) or display.bundle(value)
     except Exception as e:
         # IPython's formatters catch this and show its traceback; the cell succeeds
         # with no Out. Here it goes to stderr, where the model reads it.
@@ -446,42 +446,31 @@ def show_value(io_, g, value, count, state):
     state["result"] = True
 
 
-def _stray_files(since, req):
-    """The names in the workspace, but out/ and the paths the job asked for as
-    artifacts, that the script made (or changed) since, a time.time(): they do not
-    come back. Directories end in a slash. The workspace is read only when its own
-    time says a name was added or removed since."""
-    if not config.WORKSPACE:
-        return []
-    try:
-        if os.stat(config.WORKSPACE).st_mtime < since:
-            return []
-    except OSError:
-        return []
-    wanted = {"out"} | {str(a).strip("/").split("/")[0] for a in (req.get("artifacts") or []) if isinstance(a, str)}
-    names = []
-    try:
-        with os.scandir(config.WORKSPACE) as entries:
-            for entry in entries:
-                if entry.name in wanted:
-                    continue
-                st = entry.stat(follow_symlinks=False)
-                if st.st_mtime >= since:
-                    names.append(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else ""))
-    except OSError:
-        return []
-    return sorted(names)
+# The types whose text/plain is their repr, as IPython's printer writes it, and which
+# have no other form: shown without the printer, whose pages a fork would copy.
+_SCALARS = (int, float, str, bool, complex)
+
+
+def _scalar_bundle(value):
+    """The bundle of a value of a builtin scalar type (not a subclass: those may have
+    _repr_*_ methods), else None."""
+    if type(value) in _SCALARS:
+        return {"text/plain": p.escape_surrogates(repr(value))}, None
+    return None
 
 
 def _usage(before):
-    """The CPU time, in milliseconds, the process used since before (a
-    time.process_time(); the harness counts the children's in the container's cgroup),
-    and the peak resident memory of the process, or of a child it waited for, in KiB."""
-    cpu = time.process_time() - before
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    if os.times().children_user:  # a child it waited for: rarely
-        peak = max(peak, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-    return round(max(cpu, 0.0) * 1000, 3), peak
+    """The CPU time, in milliseconds, the process used since before (a _cpu(); where
+    it can, the harness counts the whole container's in its cgroup instead), and the
+    peak resident memory of the process, in KiB."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = me.ru_utime + me.ru_stime - before
+    return round(max(cpu, 0.0) * 1000, 3), me.ru_maxrss
+
+
+def _cpu():
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return me.ru_utime + me.ru_stime
 
 
 def run_script(io_, req, tools, g=None, count=1):
@@ -502,7 +491,7 @@ def run_script(io_, req, tools, g=None, count=1):
     source = req.get("script", "")
     if not isinstance(source, str):
         source = ""
-    since, cpu_before = time.time(), time.process_time()
+    cpu_before = _cpu()
 
     _alarm.update(defer=0, pending=False, fired=False)
     signal.signal(signal.SIGALRM, _on_alarm)
@@ -550,12 +539,6 @@ def run_script(io_, req, tools, g=None, count=1):
     # the event pipe (half a line, written when the alarm fired or on purpose) ends
     # there and is dropped as malformed, and the error and the end stay whole.
     end = b"\n"
-    try:
-        stray = _stray_files(since, req)
-        if stray:
-            end += io_.line({"type": p.LOG, "level": "warning", "message": hints.not_returned(stray)})
-    except BaseException:
-        pass
     if error is not None:
         try:
             end += io_.line(error)

@@ -111,6 +111,7 @@ class Run:
         # cgroup's counter), or else what the child said of its own (cpu_ms), and the
         # child's peak memory (peak_kib), both from its end's line (see child.run_script).
         self.cpu_before = harness.cpu.read()
+        self.since = time.time()  # files of the workspace changed since are the execution's (see Harness.warn_stray)
         self.child_cpu_ms = None
         self.peak_kib = None
 

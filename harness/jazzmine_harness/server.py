@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from . import artifacts, config, system
+from . import artifacts, config, hints, system
 from . import protocol as p
 from .inputs import Inputs
 from .limits import CpuCounter, Limits, OomCounter, Retire, memory_limit
@@ -302,11 +302,22 @@ class Harness:
             except Retire:
                 run.done(started, child)
                 raise
+            self.warn_stray(run, requested)
             artifacts.collect(run, workspace, requested)
+        else:
+            self.warn_stray(run, requested)
         run.done(started, child)
         if not collect:
             self._after_execution(child)
         self.reset()
+
+    def warn_stray(self, run, requested):
+        """Warns, in the execution's events, of the files it wrote in the workspace
+        outside out/ and the requested paths: they do not come back."""
+        if self.workspace is not None:
+            names = artifacts.stray(self.workspace.fileno(), run.since, requested)
+            if names:
+                run.warn(hints.not_returned(names))
 
     def missing_secrets(self, req):
         """The error of an execute whose required secrets are not all set, or None."""

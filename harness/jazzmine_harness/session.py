@@ -135,6 +135,7 @@ class Session:
         self.h.inputs.replace = True
         requested = req.get("artifacts") if isinstance(req.get("artifacts"), list) else []
         workspace = h.workspace.fileno() if h.workspace is not None else None
+        h.warn_stray(run, requested)
         if workspace is not None and run.collects() and artifacts.wanted(workspace, requested):
             artifacts.empty_outbox(workspace, artifacts.collect(run, workspace, requested))
         run.done(started, self.child)

@@ -91,8 +91,9 @@ def _plain(value):
         text.encode("utf-8")  # strict: a lone surrogate raises
     except (TypeError, ValueError, RecursionError):
         return None
-    # Possibly too deep, or an int beyond 64 bits: the walk decides.
-    if text.count("[") + text.count("{") > MAX_DEPTH or _LONG_DIGITS.search(text):
+    # Possibly too deep, or an int beyond 64 bits: the walk decides. (A short text is
+    # neither: not looked at, which spares a fork's child the pages of the search.)
+    if len(text) > MAX_DEPTH and text.count("[") + text.count("{") > MAX_DEPTH or len(text) >= 19 and _LONG_DIGITS.search(text):
         return None
     return text
 
