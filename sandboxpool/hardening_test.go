@@ -146,7 +146,7 @@ try:
     emit_result({"stopped": False, "children": children})
 except OSError as e:
     emit_result({"stopped": True, "children": children})
-`)
+`, func(r *harness.Request) { r.Timeout = 90 * time.Second }) // a fork takes up to ~100 ms under gVisor on a busy host
 	var got struct {
 		Stopped  bool `json:"stopped"`
 		Children int  `json:"children"`

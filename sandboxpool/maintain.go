@@ -62,6 +62,10 @@ func (p *Pool) checkLocked(c *ctr) {
 // background and bounded by ResetTimeout; then offers the container again, or retires
 // it for reason if op failed.
 func (p *Pool) tendLocked(c *ctr, op func(context.Context) error, reason, failure string) {
+	sb, coming := c.sandbox, !c.retiring // it will serve again (see sandbox.coming)
+	if coming {
+		sb.coming++
+	}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -70,7 +74,11 @@ func (p *Pool) tendLocked(c *ctr, op func(context.Context) error, reason, failur
 		cancel()
 		p.mu.Lock()
 		defer p.mu.Unlock()
+		if coming {
+			sb.coming--
+		}
 		if c.state == stateGone {
+			p.refillLocked(sb) // retired meanwhile: what waited for it may need a spawn
 			return
 		}
 		c.lastCheck = time.Now()

@@ -80,6 +80,10 @@ type sandbox struct {
 	retiring int        // containers on their last use, whose slots went to replacements
 	starting int
 	inUse    int
+	// coming counts the containers being reset or checked (tendLocked) that will
+	// serve again, not on their last use: each will be free within milliseconds,
+	// where a spawn takes a second or more and holds its memory for the idle timeout.
+	coming   int
 	stats    SandboxStats   // counters
 	lastFail time.Time      // of a spawn, for backing off replenishment
 	ready    *harness.Ready // of its newest container; nil until one was ready
@@ -240,7 +244,10 @@ func (p *Pool) Checkout(ctx context.Context, name string) (*Lease, error) {
 	}
 	w := &waiter{ch: make(chan handoff, 1)}
 	elem := sb.waiters.PushBack(w)
-	if sb.total < sb.cfg.capacity() {
+	// A container starting or coming back from its reset serves one waiter each: a
+	// spawn only when they are fewer than the waiters (a sequential agent's next job,
+	// sent while its last one's container resets, waits for that container).
+	if sb.total < sb.cfg.capacity() && sb.waiters.Len() > sb.starting+sb.coming {
 		sb.total++
 		sb.starting++
 		p.spawnLocked(sb, trace.SpanContextFromContext(ctx), nil)
@@ -486,12 +493,13 @@ func (p *Pool) retireLocked(c *ctr, reason string) {
 	p.refillLocked(sb)
 }
 
-// refillLocked starts containers for waiting callers and up to PoolSize.
+// refillLocked starts containers for waiting callers that no container starting or
+// coming back will serve, and up to PoolSize.
 func (p *Pool) refillLocked(sb *sandbox) {
 	if p.closed {
 		return
 	}
-	want := max(sb.cfg.PoolSize-sb.total, min(sb.waiters.Len()-sb.starting, sb.cfg.capacity()-sb.total))
+	want := max(sb.cfg.PoolSize-sb.total, min(sb.waiters.Len()-sb.starting-sb.coming, sb.cfg.capacity()-sb.total))
 	for range want {
 		sb.total++
 		sb.starting++

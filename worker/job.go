@@ -197,6 +197,10 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 	}
 	defer lease.Release()
 	res, err := pr.run(ctx, lease, job, inputs, p, ref, attempt)
+	// The container resets while the end is published: the agent that gets it and
+	// sends its next job at once finds the container back, or coming back (the pool
+	// waits for it rather than spawn another).
+	lease.Release()
 	if pr.handOver(ctx, ref, res, err, log) {
 		return outHandedOver, ""
 	}
