@@ -359,13 +359,20 @@ func TestARequirementMissingFromTheWheelhouseFailsWithTheBuildLog(t *testing.T) 
 		t.Fatalf("Ensure: %v, want a *BuildError", err)
 	}
 	// The steps before the failure left intermediate images; remove those that
-	// nothing else uses (shared cache layers have children and stay).
+	// nothing else uses (shared cache layers have children and stay). An image with
+	// a tag is not one: the log's first " ---> id" is the base image's, which
+	// removing by id would untag and delete.
 	t.Cleanup(func() {
 		ids := regexp.MustCompile(`^ ---> ([0-9a-f]{12})$`)
 		for i := len(be.LogTail) - 1; i >= 0; i-- {
-			if m := ids.FindStringSubmatch(be.LogTail[i]); m != nil {
-				_, _ = cli.ImageRemove(context.Background(), m[1], client.ImageRemoveOptions{})
+			m := ids.FindStringSubmatch(be.LogTail[i])
+			if m == nil {
+				continue
 			}
+			if img, err := cli.ImageInspect(context.Background(), m[1]); err != nil || len(img.RepoTags) > 0 {
+				continue
+			}
+			_, _ = cli.ImageRemove(context.Background(), m[1], client.ImageRemoveOptions{})
 		}
 	})
 	msg := err.Error()
