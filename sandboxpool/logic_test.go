@@ -502,3 +502,39 @@ func (o infoEngine) Info(context.Context, client.InfoOptions) (client.SystemInfo
 	res.Info.SecurityOptions = o
 	return res, nil
 }
+
+// TestLogicASandboxAddedToAStartedPoolWarmsAndServes adds a sandbox to a running
+// pool, as a worker does once the sandbox's image is built: Add returns once its
+// warm containers are ready, which a checkout then gets without a spawn; a second
+// Add of the name, and an Add after Close, are refused.
+func TestLogicASandboxAddedToAStartedPoolWarmsAndServes(t *testing.T) {
+	logic(t, func(t *testing.T) {
+		e := &engine{}
+		p := fakePool(t, e, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{fakeSandbox("first", 1, 0)}})
+		if _, err := p.Checkout(context.Background(), "later"); !errors.Is(err, sandboxpool.ErrUnknownSandbox) {
+			t.Fatalf("checkout of a sandbox not added yet: %v, want ErrUnknownSandbox", err)
+		}
+		if err := p.Add(context.Background(), fakeSandbox("later", 2, 1)); err != nil {
+			t.Fatalf("Add: %v", err)
+		}
+		if s := p.Stats().Sandboxes["later"]; s.Idle != 2 || s.Spawned != 2 {
+			t.Errorf("after Add: %d idle, %d spawned; want its 2 warm containers idle", s.Idle, s.Spawned)
+		}
+		if _, ok := p.Ready("later"); !ok {
+			t.Error("the added sandbox has no ready container")
+		}
+		checkout(t, p, "later").Release()
+		if n := e.createCount(); n != 3 {
+			t.Errorf("%d containers created, want 3 (1 + 2 warm, no spawn for the checkout)", n)
+		}
+		if err := p.Add(context.Background(), fakeSandbox("later", 1, 0)); err == nil || !strings.Contains(err.Error(), "configured twice") {
+			t.Errorf("a second Add of the name: %v", err)
+		}
+		if err := p.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Add(context.Background(), fakeSandbox("after", 1, 0)); !errors.Is(err, sandboxpool.ErrClosed) {
+			t.Errorf("Add after Close: %v, want ErrClosed", err)
+		}
+	})
+}

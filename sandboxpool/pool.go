@@ -138,14 +138,9 @@ func New(cfg Config) (*Pool, error) {
 		p.exe = &harness.Executor{Logger: p.log}
 	}
 	for _, sb := range cfg.Sandboxes {
-		sb.setDefaults()
-		if err := sb.validate(); err != nil {
-			return nil, fmt.Errorf("sandboxpool: %w", err)
+		if err := p.addLocked(sb); err != nil {
+			return nil, err
 		}
-		if _, dup := p.sandboxes[sb.Name]; dup {
-			return nil, fmt.Errorf("sandboxpool: sandbox %q is configured twice", sb.Name)
-		}
-		p.sandboxes[sb.Name] = &sandbox{cfg: sb, waiters: list.New(), stats: SandboxStats{Retired: map[string]uint64{}}}
 	}
 	p.bg, p.stopBg = context.WithCancel(context.Background())
 	return p, nil
@@ -166,26 +161,10 @@ func (p *Pool) Start(ctx context.Context) error {
 	if _, err := p.ReapOrphans(ctx); err != nil {
 		p.log.Warn("reap orphaned containers", "err", err)
 	}
-	var (
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-	)
+	var w warmUp
 	p.mu.Lock()
 	for _, sb := range p.sandboxes {
-		for range sb.cfg.PoolSize {
-			sb.total++
-			sb.starting++
-			wg.Add(1)
-			p.spawnLocked(sb, trace.SpanContext{}, func(err error) {
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-				wg.Done()
-			})
-		}
+		w.spawnLocked(p, sb)
 	}
 	p.wg.Add(1)
 	go p.maintain()
@@ -194,14 +173,80 @@ func (p *Pool) Start(ctx context.Context) error {
 		go p.reapLoop()
 	}
 	p.mu.Unlock()
+	return w.wait(ctx)
+}
+
+// Add adds a sandbox to the pool, one whose image was not ready when the pool was
+// made: once the pool has started, it spawns the sandbox's warm containers and waits
+// for them as Start does; before, Start does. An error of a spawn leaves the sandbox
+// in the pool, which keeps trying as it does for any sandbox.
+func (p *Pool) Add(ctx context.Context, sb Sandbox) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	if err := p.addLocked(sb); err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	var w warmUp
+	if p.started {
+		w.spawnLocked(p, p.sandboxes[sb.Name])
+	}
+	p.mu.Unlock()
+	return w.wait(ctx)
+}
+
+// addLocked validates sb and adds it, with nothing spawned.
+func (p *Pool) addLocked(sb Sandbox) error {
+	sb.setDefaults()
+	if err := sb.validate(); err != nil {
+		return fmt.Errorf("sandboxpool: %w", err)
+	}
+	if _, dup := p.sandboxes[sb.Name]; dup {
+		return fmt.Errorf("sandboxpool: sandbox %q is configured twice", sb.Name)
+	}
+	p.sandboxes[sb.Name] = &sandbox{cfg: sb, waiters: list.New(), stats: SandboxStats{Retired: map[string]uint64{}}}
+	return nil
+}
+
+// warmUp is the spawns of a sandbox's warm containers, and their errors.
+type warmUp struct {
+	wg   sync.WaitGroup
+	mu   sync.Mutex // guards errs
+	errs []error
+}
+
+// spawnLocked spawns the warm containers of sb.
+func (w *warmUp) spawnLocked(p *Pool, sb *sandbox) {
+	for range sb.cfg.PoolSize {
+		sb.total++
+		sb.starting++
+		w.wg.Add(1)
+		p.spawnLocked(sb, trace.SpanContext{}, func(err error) {
+			if err != nil {
+				w.mu.Lock()
+				w.errs = append(w.errs, err)
+				w.mu.Unlock()
+			}
+			w.wg.Done()
+		})
+	}
+}
+
+// wait waits for the spawns, or for ctx to end.
+func (w *warmUp) wait(ctx context.Context) error {
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { w.wg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
 		return fmt.Errorf("sandboxpool: warm up: %w", ctx.Err())
 	}
-	return errors.Join(errs...)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return errors.Join(w.errs...)
 }
 
 // Checkout lends a container of the named sandbox: an idle one at once if there is

@@ -59,6 +59,10 @@ type SandboxInfo struct {
 	// AllowedHosts are the host:port entries its scripts may reach through the
 	// egress proxy; empty means no network at all.
 	AllowedHosts []string `json:"allowed_hosts,omitempty"`
+	// Error, when set, says why the worker that wrote the entry cannot serve the
+	// sandbox (its image could not be built, or its base image is missing), and
+	// that no worker serves it: a worker that serves it replaces the entry.
+	Error string `json:"error,omitempty"`
 	// WorkerID is the worker that wrote the entry, and Updated when.
 	WorkerID string    `json:"worker_id"`
 	Updated  time.Time `json:"updated"`

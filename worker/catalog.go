@@ -53,6 +53,13 @@ type catalog struct {
 	bg        *background  // where tenants' catalog requests are served
 	rates     *tenantRates // each tenant's catalog requests
 
+	failMu sync.Mutex        // guards failed
+	failed map[string]string // why, by sandbox, for the sandboxes this worker cannot serve (fail)
+	kick   chan struct{}     // buffered: a failure to put at once
+	// toolErrors are the tool errors last logged, by sandbox (logToolErrors); only
+	// the loop of keep reads and writes it.
+	toolErrors map[string]string
+
 	viewMu   sync.Mutex              // guards view, listed and listedAt
 	view     map[string]catalogEntry // the bucket's entries, as watched (watch)
 	listed   []byte                  // view as a tenant's answer (list)
@@ -88,6 +95,7 @@ func (c *catalog) keep(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-changed:
+			case <-c.kick:
 			case <-refresh.C:
 			case <-retry:
 			}
@@ -97,14 +105,36 @@ func (c *catalog) keep(ctx context.Context) {
 
 func (c *catalog) stop() { c.done.Wait() }
 
-// putAll puts the entry of every sandbox that has a ready container.
+// fail records why this worker cannot serve the sandbox, and puts it (putFailed).
+func (c *catalog) fail(sandbox, why string) {
+	c.failMu.Lock()
+	c.failed[sandbox] = cut(why, maxToolError)
+	c.failMu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// putAll puts the entry of every sandbox that has a ready container, and of every
+// sandbox this worker cannot serve (putFailed).
 func (c *catalog) putAll(ctx context.Context) error {
 	var errs []error
 	for _, sb := range c.sandboxes {
+		c.failMu.Lock()
+		why, failed := c.failed[sb.Name]
+		c.failMu.Unlock()
+		if failed {
+			if err := c.putFailed(ctx, sb, why); err != nil {
+				errs = append(errs, fmt.Errorf("sandbox %q: %w", sb.Name, err))
+			}
+			continue
+		}
 		ready, ok := c.pool.Ready(sb.Name)
 		if !ok {
 			continue
 		}
+		c.logToolErrors(sb.Name, ready.ToolErrors)
 		data, err := json.Marshal(c.entry(sb, ready, true))
 		if err == nil && len(data) > maxEntryBytes {
 			data, err = json.Marshal(c.entry(sb, ready, false))
@@ -121,6 +151,46 @@ func (c *catalog) putAll(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// logToolErrors logs, at error level, each tool file (or preloaded module) of the
+// sandbox that failed to load in its newest container, when they differ from those
+// logged before: scripts would meet only a NameError, and the operator nothing.
+func (c *catalog) logToolErrors(sandbox string, errs []harness.ToolError) {
+	var key strings.Builder
+	for _, e := range errs {
+		key.WriteString(e.File + "\x00" + e.Error + "\x00")
+	}
+	if c.toolErrors[sandbox] == key.String() {
+		return
+	}
+	c.toolErrors[sandbox] = key.String()
+	for _, e := range errs {
+		c.log.Error("a tool failed to load: scripts of the sandbox do not have what it defines", "sandbox", sandbox, "file", e.File, "err", e.Error)
+	}
+}
+
+// putFailed puts the entry of a sandbox this worker cannot serve, saying why, where
+// no entry is: the entry of a worker that serves it stays (the bucket has one entry
+// a sandbox), and replaces this one when it is put. An entry put here expires with
+// the bucket's TTL, as any, and is put again then if the sandbox still has none.
+func (c *catalog) putFailed(ctx context.Context, sb Sandbox, why string) error {
+	info := sb.Info
+	info.Sandbox, info.Error, info.WorkerID, info.Updated = sb.Name, why, c.workerID, time.Now().UTC()
+	info.Tools = []wire.ToolSpec{}
+	if info.TimeoutSec == 0 {
+		info.TimeoutSec = c.timeout.Seconds()
+	}
+	data, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err = c.kv.Create(pctx, sb.Name, data); errors.Is(err, jetstream.ErrKeyExists) {
+		return nil
+	}
+	return err
 }
 
 // entry is the catalog entry of sb whose containers announced ready; docs says

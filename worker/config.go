@@ -95,6 +95,11 @@ type Sandbox struct {
 	// sandboxes sets it on each sandbox that runs under another runtime. Empty serves
 	// every tenant.
 	TenantRefusal string
+	// Pending holds back the sandbox's jobs and session calls until Worker.Serve
+	// names it: the pool has no container of it yet, its image being built. Its
+	// consumers exist meanwhile and its jobs wait in the stream, for this worker or
+	// another that serves it; triage takes it for a sandbox this worker serves.
+	Pending bool
 	// Info is what the fleet's sandbox catalog (wire.SandboxesBucket) says of the
 	// sandbox besides what its containers loaded: its description, limits, packages
 	// and allowed hosts. The worker fills in the name, the tools, Python, the default

@@ -8,7 +8,8 @@
 //
 //   - streams and buckets every worker converges on (streams.go), and per sandbox a
 //     consumer whose pull loops take a free container slot before they ask for one
-//     job (producer.go);
+//     job (producer.go); a pending sandbox's loops wait for [Worker.Serve], its image
+//     being built, or its [Worker.Unavailable] is put in the catalog (pending.go);
 //   - the processor (job.go, ended.go, outcome.go): one delivery from its decoding to
 //     its ack, nak or term, and exactly one script_done per execution, whatever the
 //     redeliveries;

@@ -63,6 +63,9 @@ const (
 // open is an opener loop: one call at a time of the sandbox's sessions.
 func (s *sessions) open(ctx context.Context, sandbox string, cons jetstream.Consumer) {
 	defer s.loops.Done()
+	if !s.gates.wait(ctx, sandbox) {
+		return
+	}
 	vs := &views{m: map[string]*view{}}
 	pullEach(ctx, cons, s.log.With("sandbox", sandbox), "a session call", func(msg jetstream.Msg) { s.see(ctx, sandbox, msg, vs) })
 }

@@ -3,9 +3,12 @@ package worker_test
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -75,6 +78,29 @@ func (p *workerProcess) stop(t testing.TB) {
 	}
 	if left := testenv.ContainersOf(t, p.id); len(left) != 0 {
 		t.Errorf("worker %s left containers %v after its shutdown", p.id, left)
+	}
+}
+
+// httpGetter returns a function that GETs a path of the worker's metrics and health
+// listener (its address read from the log) and returns the status and the body.
+func (p *workerProcess) httpGetter(t testing.TB) func(path string) (int, string) {
+	t.Helper()
+	urlRe := regexp.MustCompile(`url=http://(127\.0\.0\.1:\d+)/metrics`)
+	var base string
+	testenv.WaitFor(t, time.Minute, "the metrics listener", func() bool {
+		if m := urlRe.FindStringSubmatch(p.log.String()); m != nil {
+			base = "http://" + m[1]
+		}
+		return base != ""
+	})
+	return func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
 	}
 }
 

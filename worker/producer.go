@@ -18,13 +18,14 @@ import (
 type producer struct {
 	sandboxes []Sandbox
 	consumers map[string]jetstream.Consumer // by sandbox, set by ensureStreams
+	gates     *gates
 	handle    func(sandbox string, msg jetstream.Msg)
 	log       *slog.Logger
 	loops     sync.WaitGroup // pull loops and the jobs they run
 }
 
-func newProducer(sandboxes []Sandbox, handle func(string, jetstream.Msg), log *slog.Logger) *producer {
-	return &producer{sandboxes: sandboxes, consumers: map[string]jetstream.Consumer{}, handle: handle, log: log}
+func newProducer(sandboxes []Sandbox, g *gates, handle func(string, jetstream.Msg), log *slog.Logger) *producer {
+	return &producer{sandboxes: sandboxes, consumers: map[string]jetstream.Consumer{}, gates: g, handle: handle, log: log}
 }
 
 // start starts every slot's loop; the loops stop taking jobs when ctx ends.
@@ -45,9 +46,12 @@ func (p *producer) done() <-chan struct{} {
 }
 
 // pull is one container slot of a sandbox: it asks for one job, runs it to the end,
-// then asks for the next, until ctx ends.
+// then asks for the next, until ctx ends; a pending sandbox's first once it serves.
 func (p *producer) pull(ctx context.Context, sandbox string, cons jetstream.Consumer) {
 	defer p.loops.Done()
+	if !p.gates.wait(ctx, sandbox) {
+		return
+	}
 	pullEach(ctx, cons, p.log.With("sandbox", sandbox), "a job", func(msg jetstream.Msg) { p.handle(sandbox, msg) })
 }
 

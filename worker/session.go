@@ -63,6 +63,7 @@ type sessions struct {
 	kv      jetstream.KeyValue // BucketSessions, set by ensureStreams
 	stream  jetstream.Stream   // StreamSessions, set by ensureStreams
 	openers map[string]jetstream.Consumer
+	gates   *gates
 
 	mu        sync.Mutex
 	held      map[string]*session // by session key; reserved while being opened (claim)
@@ -85,8 +86,8 @@ type session struct {
 	taken chan string
 }
 
-func newSessions(cfg *Config, js jetstream.JetStream, proc *processor, ev *events) *sessions {
-	return &sessions{cfg: cfg, js: js, proc: proc, events: ev, log: cfg.Logger, openers: map[string]jetstream.Consumer{}, held: map[string]*session{}, finishing: map[string]bool{}}
+func newSessions(cfg *Config, js jetstream.JetStream, proc *processor, ev *events, g *gates) *sessions {
+	return &sessions{cfg: cfg, js: js, proc: proc, events: ev, log: cfg.Logger, openers: map[string]jetstream.Consumer{}, gates: g, held: map[string]*session{}, finishing: map[string]bool{}}
 }
 
 // start runs an opener loop per sandbox until ctx ends.

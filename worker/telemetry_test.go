@@ -2,9 +2,7 @@ package worker_test
 
 import (
 	"context"
-	"io"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,30 +91,14 @@ func TestTheMetricsEndpointMovesAndReadinessWaitsForWarmPools(t *testing.T) {
 	srv, nc := testenv.NATS(t)
 	id := "metrics-" + strconv.FormatInt(time.Now().UnixNano()%1_000_000, 10)
 	p := startProcess(t, writeConfig(t, ""), srv.ClientURL(), id)
-	urlRe := regexp.MustCompile(`url=http://(127\.0\.0\.1:\d+)/metrics`)
-	var base string
-	testenv.WaitFor(t, time.Minute, "the metrics listener", func() bool {
-		if m := urlRe.FindStringSubmatch(p.log.String()); m != nil {
-			base = "http://" + m[1]
-		}
-		return base != ""
-	})
-	get := func(path string) (int, string) {
-		resp, err := http.Get(base + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := p.httpGetter(t)
 	if code, body := get("/healthz"); code != 200 {
 		t.Errorf("/healthz = %d %s", code, body)
 	}
 	sawNotReady := false
 	testenv.WaitFor(t, 2*time.Minute, "/readyz to turn ready", func() bool {
 		code, body := get("/readyz")
-		if code == http.StatusServiceUnavailable && strings.Contains(body, "warming up") {
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "sandboxes: ") {
 			sawNotReady = true
 		}
 		return code == 200

@@ -39,6 +39,7 @@ type Worker struct {
 	files    *files      // wire.FilesBucket: input files and artifacts (files.go)
 	sessions *sessions   // StreamSessions, BucketSessions: sessions (session.go)
 	catalog  *catalog    // wire.SandboxesBucket: the sandbox catalog (catalog.go)
+	gates    *gates      // the pending sandboxes' loops held back (pending.go)
 
 	mu      sync.Mutex // guards stopped
 	stopped bool
@@ -71,13 +72,14 @@ func New(cfg Config) (*Worker, error) {
 	w.cancels = &canceller{nc: cfg.NATS, js: js, workerID: cfg.WorkerID, log: cfg.Logger, events: w.events, running: running, bg: w.bg}
 	w.files = &files{js: js, bg: w.bg, rates: newTenantRates(chunkRate, chunkBurst)}
 	w.proc = newProcessor(&w.cfg, tel, w.events, w.cancels, running, w.files)
-	w.producer = newProducer(cfg.Sandboxes, w.proc.handle, cfg.Logger)
-	w.sessions = newSessions(&w.cfg, js, w.proc, w.events)
+	w.gates = newGates(cfg.Sandboxes)
+	w.producer = newProducer(cfg.Sandboxes, w.gates, w.proc.handle, cfg.Logger)
+	w.sessions = newSessions(&w.cfg, js, w.proc, w.events, w.gates)
 	w.replays = newReplayer(cfg.NATS, w.events, w.bg, cfg.Logger)
 	w.triage = newTriage(js, cfg.Sandboxes, w.events, w.bg, cfg.Logger)
 	w.live = &liveness{id: cfg.WorkerID, ttl: cfg.LivenessTTL, log: cfg.Logger}
 	w.catalog = &catalog{pool: cfg.Pool, sandboxes: cfg.Sandboxes, workerID: cfg.WorkerID, timeout: cfg.DefaultTimeout, log: cfg.Logger,
-		bg: w.bg, rates: newTenantRates(catalogRate, catalogBurst)}
+		bg: w.bg, rates: newTenantRates(catalogRate, catalogBurst), failed: map[string]string{}, toolErrors: map[string]string{}, kick: make(chan struct{}, 1)}
 	w.pulling, w.stopPulling = context.WithCancel(context.Background())
 	return w, nil
 }

@@ -109,6 +109,11 @@ func describeSandboxes(list []client.SandboxInfo) string {
 		if sb.Description != "" {
 			fmt.Fprintf(&b, ": %s", sb.Description)
 		}
+		if sb.Error != "" {
+			// No worker serves it: a job of it waits until one does.
+			fmt.Fprintf(&b, "\n  unavailable: %s\n", sb.Error)
+			continue
+		}
 		network := "no network"
 		if len(sb.AllowedHosts) > 0 {
 			network = "network to " + strings.Join(sb.AllowedHosts, ", ")

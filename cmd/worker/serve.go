@@ -12,6 +12,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/moby/moby/client"
 
@@ -96,15 +100,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		}
 	}()
 	var health Health
-	warm := make(chan struct{})
-	health.Check("pools", func() error {
-		select {
-		case <-warm:
-			return nil
-		default:
-			return errors.New("warming up")
-		}
-	})
+	// Not ready until every sandbox serves (sandboxStates.ready); the pool comes later.
+	states := &sandboxStates{}
+	var pool atomic.Pointer[sandboxpool.Pool]
+	health.Check("sandboxes", func() error { return states.ready(pool.Load()) })
 	if f.metricsAddr != "" {
 		stop, err := serveHTTP(f.metricsAddr, health.Handler(tel.Metrics), log)
 		if err != nil {
@@ -130,15 +129,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
-	images, err := buildImages(ctx, builder, cfg)
-	if err != nil {
-		return err
-	}
 
-	// A connection the client closed for good (the server refused a protocol line of
-	// ours, a reconnect cannot help) ends the worker: its containers are removed and it
-	// exits non-zero for its supervisor to start it again, where it went on holding
-	// them, serving nothing.
+	// NATS first, before any image is built: agents connect and submit meanwhile, and
+	// their jobs wait in the stream until their sandbox serves. A connection the client
+	// closed for good (the server refused a protocol line of ours, a reconnect cannot
+	// help) ends the worker: its containers are removed and it exits non-zero for its
+	// supervisor to start it again, where it went on holding them, serving nothing.
 	ctx, lost := context.WithCancelCause(ctx)
 	defer lost(nil)
 	nc, shutdownNATS, err := connectNATS(ctx, getenv("NATS_URL"), f.natsOpts, f.listen, f.storeDir, log, func(c *nats.Conn) {
@@ -154,8 +150,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		}
 		return nil
 	})
-	m := member{id: f.workerID, nc: nc, docker: docker, builder: builder, cfg: cfg, images: images, settings: settings, log: log.With("worker_id", f.workerID)}
-	err = m.run(ctx, warm)
+	states.init(cfg.Names())
+	m := member{id: f.workerID, nc: nc, docker: docker, builder: builder, cfg: cfg, settings: settings, log: log.With("worker_id", f.workerID)}
+	err = m.run(ctx, states, &pool)
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		log.Error("stopped", "err", cause)
 		return errors.Join(cause, err)
@@ -163,40 +160,24 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	return err
 }
 
-// buildImages makes sure every sandbox's image is built, traced and counted.
-func buildImages(ctx context.Context, builder *imagebuild.Builder, cfg *imagebuild.Config) (map[string]imagebuild.Image, error) {
-	bctx, span := otel.Tracer("github.com/jazzmine/worker/cmd/worker").Start(ctx, "build images")
-	defer span.End()
-	images, err := builder.EnsureAll(bctx, cfg)
-	builds, _ := otel.Meter("github.com/jazzmine/worker/cmd/worker").Int64Counter("jazzmine.image.builds",
-		metric.WithUnit("{image}"), metric.WithDescription("Sandbox images built (an unchanged checksum builds nothing)"))
-	for name, img := range images {
-		if img.Built {
-			builds.Add(ctx, 1, metric.WithAttributes(attribute.String("sandbox", name)))
-		}
-	}
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	return images, err
-}
-
-// member is a worker of the fleet with its pool, from its built images to its
-// shutdown.
+// member is a worker of the fleet with its pool, from its start to its shutdown.
 type member struct {
 	id       string
 	nc       *nats.Conn
 	docker   *client.Client
 	builder  *imagebuild.Builder
 	cfg      *imagebuild.Config
-	images   map[string]imagebuild.Image
 	settings Settings
 	log      *slog.Logger
 }
 
-// run starts the pool and the worker, closes warm once the pool is warm, and serves
-// until ctx ends; then it shuts the worker down within the grace and closes the pool.
-func (m *member) run(ctx context.Context, warm chan struct{}) error {
+// run starts the worker and the pool with every sandbox pending, then builds the
+// sandboxes' images at once, each sandbox serving as soon as its image is ready and
+// its warm containers started (bring); one that cannot be built is reported and the
+// others serve. It serves until ctx ends; then it shuts the worker down within the
+// grace and closes the pool. states follow the sandboxes, and the pool is stored in
+// started once made.
+func (m *member) run(ctx context.Context, states *sandboxStates, started *atomic.Pointer[sandboxpool.Pool]) error {
 	js, err := jetstream.New(m.nc)
 	if err != nil {
 		return err
@@ -213,16 +194,19 @@ func (m *member) run(ctx context.Context, warm chan struct{}) error {
 		Logger:       m.log,
 	}
 	wcfg := worker.Config{NATS: m.nc, WorkerID: m.id, Logger: m.log}
+	var pending []sandboxpool.Sandbox // the pool's sandboxes, their images not known yet
 	for _, name := range m.cfg.Names() {
-		sb := sandboxspec.Pool(m.cfg.Sandboxes[name], m.images[name])
-		poolCfg.Sandboxes = append(poolCfg.Sandboxes, sb)
-		wcfg.Sandboxes = append(wcfg.Sandboxes, sandboxspec.Worker(sb, m.cfg.Sandboxes[name]))
+		sb := sandboxspec.Pool(m.cfg.Sandboxes[name], imagebuild.Image{})
+		pending = append(pending, sb)
+		ws := sandboxspec.Worker(sb, m.cfg.Sandboxes[name])
+		ws.Pending = true
+		wcfg.Sandboxes = append(wcfg.Sandboxes, ws)
 	}
-	sandboxspec.NetworkHint(poolCfg.Sandboxes, m.cfg)
-	if err := isolate(ctx, m.docker, m.settings.RequireGVisor, poolCfg.Sandboxes, wcfg.Sandboxes); err != nil {
+	sandboxspec.NetworkHint(pending, m.cfg)
+	if err := isolate(ctx, m.docker, m.settings.RequireGVisor, pending, wcfg.Sandboxes); err != nil {
 		return err
 	}
-	if err := setUpEgress(ctx, m.docker, m.builder, m.cfg, poolCfg.Sandboxes, m.log); err != nil {
+	if err := setUpEgress(ctx, m.docker, m.builder, m.cfg, pending, m.log); err != nil {
 		return err
 	}
 	remaps, err := sandboxpool.RemapsUIDs(ctx, m.docker)
@@ -249,10 +233,25 @@ func (m *member) run(ctx context.Context, warm chan struct{}) error {
 		return err
 	}
 	if err := pool.Start(ctx); err != nil {
-		m.log.Warn("some warm containers did not start; the pool keeps trying", "err", err)
+		m.log.Warn("start the pool", "err", err)
 	}
-	close(warm)
-	m.log.Info("serving", "sandboxes", m.cfg.Names(), "nats", m.nc.ConnectedUrlRedacted())
+	started.Store(pool)
+	var brought sync.WaitGroup
+	for _, sb := range pending {
+		brought.Add(1)
+		go func() {
+			defer brought.Done()
+			m.bring(ctx, sb, pool, w, states)
+		}()
+	}
+	go func() {
+		brought.Wait()
+		if failed := states.failed(); len(failed) > 0 {
+			m.log.Error("serving some sandboxes only: the others could not be built", "sandboxes", states.serving(), "failed", failed, "nats", m.nc.ConnectedUrlRedacted())
+		} else if ctx.Err() == nil {
+			m.log.Info("serving", "sandboxes", states.serving(), "nats", m.nc.ConnectedUrlRedacted())
+		}
+	}()
 
 	<-ctx.Done()
 	grace := m.settings.ShutdownGrace
@@ -263,8 +262,144 @@ func (m *member) run(ctx context.Context, warm chan struct{}) error {
 	sctx, cancel := context.WithTimeout(context.Background(), grace+30*time.Second)
 	defer cancel()
 	err = w.Shutdown(sctx, grace)
+	brought.Wait() // their builds gave up with ctx
 	closePool(pool, m.log)
 	return err
+}
+
+// bring builds the image of a pending sandbox (traced and counted), adds the sandbox
+// to the pool and has the worker serve it; a sandbox whose image cannot be built is
+// reported to the log, the catalog and states instead. Warm containers that did not
+// start are logged: the pool keeps trying, as for any sandbox.
+func (m *member) bring(ctx context.Context, sb sandboxpool.Sandbox, pool *sandboxpool.Pool, w *worker.Worker, states *sandboxStates) {
+	log := m.log.With("sandbox", sb.Name)
+	img, err := buildImage(ctx, m.builder, m.cfg.Sandboxes[sb.Name])
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		log.Error("the sandbox is not served: its image could not be built", "err", err)
+		states.set(sb.Name, "failed: "+err.Error())
+		w.Unavailable(sb.Name, err)
+		return
+	}
+	sb.Image, sb.Checksum = img.Tag, img.Checksum
+	states.set(sb.Name, stateStarting)
+	if err := pool.Add(ctx, sb); err != nil {
+		if _, added := pool.Stats().Sandboxes[sb.Name]; !added {
+			log.Error("the sandbox is not served: the pool refused it", "err", err)
+			states.set(sb.Name, "failed: "+err.Error())
+			w.Unavailable(sb.Name, err)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("some warm containers did not start; the pool keeps trying", "err", err)
+	}
+	if err := w.Serve(sb.Name); err != nil {
+		log.Error("serve the sandbox", "err", err)
+		return
+	}
+	states.set(sb.Name, stateServing)
+}
+
+// buildImage makes sure a sandbox's image is built, traced and counted.
+func buildImage(ctx context.Context, builder *imagebuild.Builder, spec *imagebuild.Spec) (imagebuild.Image, error) {
+	bctx, span := otel.Tracer("github.com/jazzmine/worker/cmd/worker").Start(ctx, "build image",
+		trace.WithAttributes(attribute.String("sandbox", spec.Name)))
+	defer span.End()
+	img, err := builder.Ensure(bctx, spec)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return img, err
+	}
+	if img.Built {
+		builds, _ := otel.Meter("github.com/jazzmine/worker/cmd/worker").Int64Counter("jazzmine.image.builds",
+			metric.WithUnit("{image}"), metric.WithDescription("Sandbox images built (an unchanged checksum builds nothing)"))
+		builds.Add(ctx, 1, metric.WithAttributes(attribute.String("sandbox", spec.Name)))
+	}
+	return img, nil
+}
+
+// The states of a sandbox on its way to serving; a failed one's state is "failed: "
+// and why.
+const (
+	stateBuilding = "building its image"
+	stateStarting = "starting its warm containers"
+	stateServing  = "serving"
+)
+
+// sandboxStates are where each sandbox of the config is on its way to serving, for
+// /readyz and the log.
+type sandboxStates struct {
+	mu    sync.Mutex // guards state
+	names []string
+	state map[string]string
+}
+
+// init names the config's sandboxes, all building.
+func (s *sandboxStates) init(names []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.names, s.state = names, map[string]string{}
+	for _, n := range names {
+		s.state[n] = stateBuilding
+	}
+}
+
+func (s *sandboxStates) set(name, state string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state[name] = state
+}
+
+// with returns the names of the sandboxes whose state keep says.
+func (s *sandboxStates) with(keep func(string) bool) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for _, n := range s.names {
+		if keep(s.state[n]) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+func (s *sandboxStates) serving() []string {
+	return s.with(func(st string) bool { return st == stateServing })
+}
+
+func (s *sandboxStates) failed() []string {
+	return s.with(func(st string) bool { return strings.HasPrefix(st, "failed") })
+}
+
+// ready is nil once every sandbox serves with a ready container of the pool whose
+// tools all loaded; else it names each sandbox that does not, and why.
+func (s *sandboxStates) ready(pool *sandboxpool.Pool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.names == nil || pool == nil {
+		return errors.New("starting")
+	}
+	var errs []error
+	for _, n := range s.names {
+		st := s.state[n]
+		if st != stateServing {
+			errs = append(errs, fmt.Errorf("%s: %s", n, st))
+			continue
+		}
+		r, ok := pool.Ready(n)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s: no container ready yet", n))
+			continue
+		}
+		for _, e := range r.ToolErrors {
+			errs = append(errs, fmt.Errorf("%s: tool %s failed to load: %s", n, e.File, e.Error))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // startWorker starts w, trying again for as long as JetStream is not ready. A cluster

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,10 +118,17 @@ func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 		return true
 	}
 
+	victim := workers[0]
+	running := watchRunning(t, connect(t, natsURL, "watcher", keys.agent), victim.name)
 	if !after(killWorkerAfter) {
 		t.Fatalf("the agents ended before the worker was killed: %s", load.failureSummary())
 	}
-	victim := workers[0]
+	// The kill lands while the victim runs one of the sleeping jobs: one that its
+	// worker started (its started event stored) and has not ended. On a slow machine
+	// a kill at any moment could find the victim between jobs, and prove nothing.
+	if !running.waitSleeper(time.Minute) {
+		t.Fatalf("worker %s ran none of the sleeping jobs within a minute of %d results", victim.name, killWorkerAfter)
+	}
 	victim.kill(t)
 	workerKilled := fault{what: "worker " + victim.name, after: load.done.Load(), at: time.Since(loadStart)}
 	if len(testenv.ContainersOf(t, victim.name)) == 0 {
@@ -233,7 +241,59 @@ func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 	}
 }
 
-// faultJobList returns the jobs: a third of them sleep 20 to 59 ms, so that the kills
+// runningJobs are the sleeping jobs a worker has started and not ended, as its
+// events say.
+type runningJobs struct {
+	mu  sync.Mutex
+	now map[string]time.Time // by execution id: when its started event came
+}
+
+// watchRunning follows the started and script_done events of the jobs that worker
+// runs, from now on, over nc, a connection of the tenant agents (the workers' own
+// may not subscribe to events).
+func watchRunning(t *testing.T, nc *nats.Conn, worker string) *runningJobs {
+	t.Helper()
+	r := &runningJobs{now: map[string]time.Time{}}
+	sub, err := nc.Subscribe(wire.SubjectPrefixEvents+".>", func(msg *nats.Msg) {
+		ev, err := wire.DecodeEvent(msg.Header.Get(wire.HeaderContentType), msg.Data)
+		if err != nil || ev.WorkerID != worker {
+			return
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		switch ev.Type {
+		case wire.EventStarted:
+			if job, _ := strconv.Atoi(ev.Metadata["job"]); job%3 == 0 {
+				r.now[ev.ExecutionID] = time.Now()
+			}
+		case wire.EventScriptDone:
+			delete(r.now, ev.ExecutionID)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return r
+}
+
+// waitSleeper waits until a sleeping job started 5 to 150 ms ago and has not ended
+// (its script sleeps 200 ms or more), and says whether one did within the time.
+func (r *runningJobs) waitSleeper(within time.Duration) bool {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		r.mu.Lock()
+		for _, at := range r.now {
+			if since := time.Since(at); since > 5*time.Millisecond && since < 150*time.Millisecond {
+				r.mu.Unlock()
+				return true
+			}
+		}
+		r.mu.Unlock()
+	}
+	return false
+}
+
+// faultJobList returns the jobs: a third of them sleep 200 to 590 ms, so that the kills
 // find scripts running; each emits a result with its number, which its metadata
 // holds too.
 func faultJobList() []wire.Job {
