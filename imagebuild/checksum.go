@@ -11,7 +11,7 @@ import (
 
 // checksumVersion changes whenever the checksum's inputs change meaning, so that
 // every image is rebuilt once.
-const checksumVersion = "jazzmine-imagebuild-checksum-2"
+const checksumVersion = "jazzmine-imagebuild-checksum-3"
 
 // Checksum returns the hex sha256 that identifies spec's image built on the base
 // image with id baseImageID. It covers, each length-prefixed so that no two
@@ -51,6 +51,11 @@ func checksum(spec *Spec, baseImageID string, harnessFiles []harnessEntry) strin
 	for _, t := range tools {
 		field(h, "tool", []byte(t.Name))
 		field(h, "content", t.Content)
+	}
+
+	count(h, "apt packages", len(spec.AptPackages))
+	for _, p := range spec.AptPackages {
+		field(h, "apt package", []byte(p))
 	}
 
 	count(h, "requirements", len(spec.Requirements))

@@ -12,10 +12,10 @@ import (
 
 const baseID = "sha256:7612e81347e0aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 
-// checksumFiles is a sandbox with tools, requirements and a wheelhouse.
+// checksumFiles is a sandbox with tools, Debian packages, requirements and a wheelhouse.
 func checksumFiles() map[string]string {
 	return map[string]string{
-		"config.yaml":          "sandboxes:\n  default: {tools: [tools/*.py], requirements: [mypkg==0.1, other], wheelhouse: wheels}\n",
+		"config.yaml":          "sandboxes:\n  default: {tools: [tools/*.py], apt_packages: [python3-lxml, python3-yaml], requirements: [mypkg==0.1, other], wheelhouse: wheels}\n",
 		"tools/a.py":           "def a(): return 1\n",
 		"tools/b.py":           "def b(): return 2\n",
 		"wheels/mypkg-0.1.whl": "wheel one",
@@ -42,6 +42,7 @@ secrets: {K: v}
 sandboxes:
   default:
     tools: [tools/*.py]
+    apt_packages: [python3-lxml, python3-yaml]
     requirements: [mypkg==0.1, other]
     wheelhouse: wheels
     secrets: [K]
@@ -71,18 +72,30 @@ func TestChecksumChangesWithEveryImageInput(t *testing.T) {
 		}},
 		{"a new tool", func(f map[string]string) { f["tools/c.py"] = "x = 1\n" }},
 		{"a requirement", func(f map[string]string) {
-			f["config.yaml"] = "sandboxes:\n  default: {tools: [tools/*.py], requirements: [mypkg==0.2, other], wheelhouse: wheels}\n"
+			f["config.yaml"] = "sandboxes:\n  default: {tools: [tools/*.py], apt_packages: [python3-lxml, python3-yaml], requirements: [mypkg==0.2, other], wheelhouse: wheels}\n"
 		}},
 		{"the order of the requirements", func(f map[string]string) {
-			f["config.yaml"] = "sandboxes:\n  default: {tools: [tools/*.py], requirements: [other, mypkg==0.1], wheelhouse: wheels}\n"
+			f["config.yaml"] = "sandboxes:\n  default: {tools: [tools/*.py], apt_packages: [python3-lxml, python3-yaml], requirements: [other, mypkg==0.1], wheelhouse: wheels}\n"
+		}},
+		{"a Debian package", func(f map[string]string) {
+			f["config.yaml"] = "sandboxes:\n  default: {tools: [tools/*.py], apt_packages: [python3-lxml, python3-yam], requirements: [mypkg==0.1, other], wheelhouse: wheels}\n"
+		}},
+		{"a Debian package's version", func(f map[string]string) {
+			f["config.yaml"] = "sandboxes:\n  default: {tools: [tools/*.py], apt_packages: [python3-lxml, python3-yaml=6.0-3], requirements: [mypkg==0.1, other], wheelhouse: wheels}\n"
+		}},
+		{"a new Debian package", func(f map[string]string) {
+			f["config.yaml"] = "sandboxes:\n  default: {tools: [tools/*.py], apt_packages: [python3-lxml, python3-yaml, python3-numpy], requirements: [mypkg==0.1, other], wheelhouse: wheels}\n"
+		}},
+		{"the Debian packages left out", func(f map[string]string) {
+			f["config.yaml"] = "sandboxes:\n  default: {tools: [tools/*.py], requirements: [mypkg==0.1, other], wheelhouse: wheels}\n"
 		}},
 		{"one byte of a wheel", func(f map[string]string) { f["wheels/other-1.0.whl"] = "wheel twO" }},
 		{"a new wheel", func(f map[string]string) { f["wheels/third-1.0.whl"] = "three" }},
 		{"the base image's name", func(f map[string]string) {
-			f["config.yaml"] = "sandboxes:\n  default: {base_image: other:1, tools: [tools/*.py], requirements: [mypkg==0.1, other], wheelhouse: wheels}\n"
+			f["config.yaml"] = "sandboxes:\n  default: {base_image: other:1, tools: [tools/*.py], apt_packages: [python3-lxml, python3-yaml], requirements: [mypkg==0.1, other], wheelhouse: wheels}\n"
 		}},
 		{"the sandbox's name", func(f map[string]string) {
-			f["config.yaml"] = "sandboxes:\n  other: {tools: [tools/*.py], requirements: [mypkg==0.1, other], wheelhouse: wheels}\n"
+			f["config.yaml"] = "sandboxes:\n  other: {tools: [tools/*.py], apt_packages: [python3-lxml, python3-yaml], requirements: [mypkg==0.1, other], wheelhouse: wheels}\n"
 		}},
 	}
 	for _, tt := range tests {
@@ -103,6 +116,15 @@ func TestChecksumChangesWithEveryImageInput(t *testing.T) {
 			t.Error("checksum unchanged")
 		}
 	})
+}
+
+func TestTheOrderOfTheDebianPackagesDoesNotChangeTheChecksum(t *testing.T) {
+	want := Checksum(mustParse(t, checksumFiles()).Sandboxes["default"], baseID)
+	files := checksumFiles()
+	files["config.yaml"] = "sandboxes:\n  default: {tools: [tools/*.py], apt_packages: [python3-yaml, python3-lxml], requirements: [mypkg==0.1, other], wheelhouse: wheels}\n"
+	if got := Checksum(mustParse(t, files).Sandboxes["default"], baseID); got != want {
+		t.Error("listing the same Debian packages in another order changed the checksum (apt installs the same set)")
+	}
 }
 
 func TestChecksumCoversEveryFileOfTheHarness(t *testing.T) {

@@ -39,6 +39,7 @@ const (
 //	    description: ""               # what it is for, told to agents (the sandbox catalog)
 //	    base_image: jazzmine-python-base:bookworm   # the default when empty
 //	    tools: [tools/*.py]           # *.py files or globs; a glob that matches nothing is an error
+//	    apt_packages: []              # Debian package names, optionally name=version, from the base image's apt sources
 //	    requirements: []              # pip requirement strings
 //	    wheelhouse: ""                # optional directory of wheels; pip then runs with --no-index --find-links
 //	    secrets: [STRIPE_KEY]         # names made available as environment variables
@@ -68,8 +69,8 @@ type Config struct {
 
 // Spec is one sandbox: what its image holds and how its containers run.
 //
-// The image (and so the checksum) depends on BaseImage, Tools, Requirements and
-// the wheelhouse; the other fields apply when a container starts and never
+// The image (and so the checksum) depends on BaseImage, Tools, AptPackages,
+// Requirements and the wheelhouse; the other fields apply when a container starts and never
 // cause a rebuild.
 type Spec struct {
 	// Name is the sandbox's name, matching ^[A-Za-z0-9_-]{1,64}$.
@@ -82,7 +83,15 @@ type Spec struct {
 	// Tools are the tool files copied to /tools, sorted by name, read when the
 	// config was loaded.
 	Tools []ToolFile
-	// Requirements are pip requirement strings, one line of requirements.txt each.
+	// AptPackages are the Debian packages the image installs from the base image's
+	// apt sources, each a package name ([a-z0-9][a-z0-9+.-]+) optionally followed by
+	// "=version"; sorted, each at most once. apt resolves their dependencies, so
+	// the order they are listed in means nothing and the sorted list is what the
+	// checksum covers: reordering the file's list does not rebuild the image.
+	AptPackages []string
+	// Requirements are pip requirement strings, one line of requirements.txt each,
+	// in the file's order (pip reads them in it). They are installed after
+	// AptPackages, so that a requirement may use a library a Debian package brought.
 	Requirements []string
 	// Wheelhouse is the absolute path of a local directory of wheels, or empty. With
 	// requirements, pip installs from it only (--no-index --find-links).
@@ -308,6 +317,7 @@ type specYAML struct {
 	Description  string            `yaml:"description"`
 	BaseImage    string            `yaml:"base_image"`
 	Tools        []string          `yaml:"tools"`
+	AptPackages  []string          `yaml:"apt_packages"`
 	Requirements []string          `yaml:"requirements"`
 	Wheelhouse   string            `yaml:"wheelhouse"`
 	Secrets      []string          `yaml:"secrets"`

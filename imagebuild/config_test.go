@@ -83,6 +83,7 @@ sandboxes:
     description: "Stripe lookups"
     base_image: example/base:1
     tools: [tools/*.py, extra/b.py]
+    apt_packages: [python3-yaml, libopenblas0-serial=0.3.21+ds-4, g++]
     requirements: ["mypkg==0.1"]
     wheelhouse: wheels
     secrets: [STRIPE_KEY]
@@ -117,6 +118,9 @@ sandboxes:
 	if s.Wheelhouse != filepath.Join(cfg.Dir, "wheels") || len(s.Wheels) != 1 || s.Wheels[0].Name != "mypkg-0.1.whl" ||
 		s.Wheels[0].SHA256 != sha256Hex("wheel") || s.Wheels[0].Size != 5 {
 		t.Errorf("wheelhouse %q, wheels %+v", s.Wheelhouse, s.Wheels)
+	}
+	if want := []string{"g++", "libopenblas0-serial=0.3.21+ds-4", "python3-yaml"}; !reflect.DeepEqual(s.AptPackages, want) {
+		t.Errorf("apt packages %q, want them sorted: %q", s.AptPackages, want)
 	}
 	if s.Description != "Stripe lookups" {
 		t.Errorf("description %q", s.Description)
@@ -185,6 +189,15 @@ func TestInvalidConfigs(t *testing.T) {
 		{"two tools with the same file name are an error", "sandboxes: {default: {tools: [tools/a.py, other/a.py]}}\n", []string{"two tools are named a.py"}},
 		{"a missing wheelhouse is an error", "sandboxes: {default: {wheelhouse: wheels}}\n", []string{"wheelhouse:", "no such file"}},
 		{"a requirement with a newline is an error", "sandboxes: {default: {requirements: [\"a\\n--index-url x\"]}}\n", []string{"requirements[0]"}},
+		{"an upper-case Debian package name names the sandbox and the entry", "sandboxes: {default: {apt_packages: [python3-numpy, Python3-Yaml]}}\n", []string{`sandbox "default": apt_packages[1]: "Python3-Yaml" is not a Debian package name`}},
+		{"a one-letter Debian package name is an error", "sandboxes: {default: {apt_packages: [x]}}\n", []string{`apt_packages[0]: "x" is not a Debian package name`}},
+		{"a Debian package name with a space is an error", "sandboxes: {default: {apt_packages: [\"python3-yaml curl\"]}}\n", []string{`"python3-yaml curl" is not a Debian package name`}},
+		{"an apt option is not a Debian package", "sandboxes: {default: {apt_packages: [--allow-unauthenticated]}}\n", []string{`"--allow-unauthenticated" is not a Debian package name`}},
+		{"a shell word is not a Debian package", "sandboxes: {default: {apt_packages: [\"a;rm\"]}}\n", []string{`"a;rm" is not a Debian package name`}},
+		{"an empty Debian package is an error", "sandboxes: {default: {apt_packages: [\"\"]}}\n", []string{`apt_packages[0]: "" is not a Debian package name`}},
+		{"a Debian version that does not start with a digit is an error", "sandboxes: {default: {apt_packages: [python3-yaml=latest]}}\n", []string{`apt_packages[0]: "python3-yaml=latest": "latest" is not a Debian version`}},
+		{"an empty Debian version is an error", "sandboxes: {default: {apt_packages: [python3-yaml=]}}\n", []string{`"" is not a Debian version`}},
+		{"a Debian package listed twice is an error", "sandboxes: {default: {apt_packages: [python3-yaml, python3-yaml=6.0-3]}}\n", []string{`apt_packages[1]: "python3-yaml" is listed twice`}},
 		{"a secret name with a dash is an error", "sandboxes: {default: {secrets: [API-KEY]}}\n", []string{`secrets: "API-KEY" is not an environment variable name`}},
 		{"a top-level secret name with a space is an error", "secrets: {\"A B\": x}\nsandboxes: {default: {}}\n", []string{`secrets: "A B"`}},
 		{"an env name starting with a digit is an error", "sandboxes: {default: {env: {1X: y}}}\n", []string{`env: "1X"`}},

@@ -71,9 +71,11 @@ const installDir = "/tmp/jazzmine-install"
 
 // Dockerfile returns the generated, hardened Dockerfile of spec. It is
 // deterministic: the same spec gives the same text, which the checksum covers.
-// The build context it expects (see buildContext) holds rootfs/ (the harness
-// and the tools at their paths in the image, with their modes) and, when there
-// are requirements, install/requirements.txt and install/wheelhouse/.
+// The Debian packages (apt_packages) are installed first, then the pip
+// requirements, then the hardening runs. The build context it expects (see
+// buildContext) holds rootfs/ (the harness and the tools at their paths in the
+// image, with their modes) and, when there are requirements,
+// install/requirements.txt and install/wheelhouse/.
 //
 // The checksum covers this text, so it cannot hold the checksum: the file a
 // build uses is this one with the jazzmine.checksum label added to its last
@@ -95,6 +97,19 @@ func dockerfile(spec *Spec, checksum string) string {
 	w("# checksum covers this text.\n")
 	w("FROM %s\n", spec.BaseImage)
 	w("USER root\n\n")
+
+	if len(spec.AptPackages) > 0 {
+		// The base image keeps apt and dpkg (Debian's minbase has them) so that this
+		// step can install from its apt sources; the burn step below removes them
+		// with the other package managers, so an image has them only during its
+		// build. The base's dpkg excludes (deploy/base-image) keep documentation out,
+		// and the lists are removed again in the same layer.
+		w("# Debian packages, from the base image's apt sources.\n")
+		w("RUN set -e; export DEBIAN_FRONTEND=noninteractive; \\\n")
+		w("    apt-get update; \\\n")
+		w("    apt-get install -y --no-install-recommends %s; \\\n", strings.Join(spec.AptPackages, " "))
+		w("    apt-get clean; rm -rf /var/lib/apt/lists/*\n\n")
+	}
 
 	if len(spec.Requirements) > 0 {
 		pip := "python3 -m pip install --no-cache-dir --root-user-action=ignore"

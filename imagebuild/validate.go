@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,6 +28,15 @@ var (
 	imageRefRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@-]*$`)
 	runtimeRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 	hostnameRE    = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$`)
+)
+
+// Debian policy 5.6.1 and 5.6.12: a package name is lower-case letters, digits,
+// + - and ., at least two long, starting with a letter or digit; a version is
+// [epoch:]upstream[-revision], starting with a digit. Nothing else may pass: the
+// entries are written into a RUN line of the generated Dockerfile.
+var (
+	aptPackageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
+	aptVersionRE = regexp.MustCompile(`^[0-9][A-Za-z0-9.+~:-]*$`)
 )
 
 // harnessSettings are the JAZZMINE_* variables a sandbox's env may set: settings the
@@ -84,6 +94,10 @@ func resolveSpec(name string, in *specYAML, dir string) (*Spec, []error) {
 	}
 	s.Tools = tools
 
+	s.AptPackages, err = resolveAptPackages(in.AptPackages)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	for i, r := range s.Requirements {
 		if strings.TrimSpace(r) == "" || strings.ContainsAny(r, "\r\n") {
 			bad("requirements[%d]: %q must be one non-empty line", i, r)
@@ -112,6 +126,33 @@ func resolveSpec(name string, in *specYAML, dir string) (*Spec, []error) {
 
 	s.Resources, s.Pool = resolveLimits(&errs, in.Resources, in.Pool)
 	return s, errs
+}
+
+// resolveAptPackages checks the Debian packages of a sandbox and returns them
+// sorted. An entry is a package name, optionally with =version; a name listed
+// twice is an error (with two versions apt would fail the build, and without, one
+// of them is a slip).
+func resolveAptPackages(in []string) ([]string, error) {
+	var errs []error
+	seen := map[string]bool{}
+	for i, p := range in {
+		name, version, pinned := strings.Cut(p, "=")
+		switch {
+		case !aptPackageRE.MatchString(name):
+			errs = append(errs, fmt.Errorf("apt_packages[%d]: %q is not a Debian package name (lower-case letters, digits, + - and ., at least two, starting with a letter or digit; optionally =version)", i, p))
+		case pinned && !aptVersionRE.MatchString(version):
+			errs = append(errs, fmt.Errorf("apt_packages[%d]: %q: %q is not a Debian version (a digit first, then letters, digits and . + ~ : -)", i, p, version))
+		case seen[name]:
+			errs = append(errs, fmt.Errorf("apt_packages[%d]: %q is listed twice", i, name))
+		}
+		seen[name] = true
+	}
+	if len(in) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return out, errors.Join(errs...)
 }
 
 // checkEnv checks the names of the secrets and the environment: valid, and none twice.
