@@ -20,11 +20,13 @@ import (
 	"golang.org/x/sync/singleflight"
 )
 
-// builderChatter matches the classic builder's bookkeeping lines (intermediate
-// containers and layer ids): kept in the log tail, left out of progress output.
-var builderChatter = regexp.MustCompile(`^( ---> (Running in |Using cache$|[0-9a-f]{12}$)|Removing intermediate container )`)
+// stepLine matches the classic builder's line that starts a step of the
+// Dockerfile: "Step 3/7 : RUN apt-get update ...".
+var stepLine = regexp.MustCompile(`^Step (\d+/\d+) : (.*)$`)
 
-func isBuilderChatter(line string) bool { return builderChatter.MatchString(line) }
+// maxStepText bounds the instruction a progress line shows: enough for an
+// apt-get install line to name its first packages.
+const maxStepText = 100
 
 // logTailLines is the number of build log lines a BuildError keeps.
 const logTailLines = 50
@@ -35,8 +37,10 @@ type BuilderConfig struct {
 	Docker Docker
 	// Logger receives one record per build and per reused image; nil discards.
 	Logger *slog.Logger
-	// Progress receives the build output as human-readable lines, each prefixed
-	// with "imagebuild: <sandbox>: "; nil means no progress output. Writes are
+	// Progress receives a line when a build starts and one for each step of the
+	// Dockerfile when it ends, with its time ("<sandbox>: step 3/7 RUN apt-get
+	// ... (12.3s)"); the step's own output is left out (a failed build's
+	// *BuildError holds its end). nil means no progress output. Writes are
 	// serialised, one line each.
 	Progress io.Writer
 }
@@ -202,6 +206,7 @@ func (b *Builder) build(ctx context.Context, spec *Spec, img Image) (Image, erro
 		return fail(nil, err)
 	}
 	b.log.Info("building sandbox image", "sandbox", spec.Name, "tag", img.Tag, "context_bytes", len(tarball))
+	b.progressf("%s: building %s\n", spec.Name, img.Tag)
 	start := time.Now()
 	id, tail, err := b.runBuild(ctx, spec.Name, img.Tag, tarball)
 	if err != nil {
@@ -228,7 +233,7 @@ func (b *Builder) runBuild(ctx context.Context, name, tag string, tarball []byte
 	if err != nil {
 		return "", nil, err
 	}
-	out := &buildOutput{sandbox: name, b: b}
+	out := &buildOutput{sandbox: name, b: b, now: time.Now}
 	err = out.read(res.Body)
 	_ = res.Body.Close()
 	if err != nil {
@@ -241,13 +246,16 @@ func (b *Builder) runBuild(ctx context.Context, name, tag string, tarball []byte
 	return id, out.tail, err
 }
 
-// buildOutput reads a build's JSON message stream: it writes progress lines and
-// keeps the last lines of the log.
+// buildOutput reads a build's JSON message stream: it keeps the last lines of the
+// log and writes a progress line when a step ends.
 type buildOutput struct {
 	sandbox string
 	b       *Builder
+	now     func() time.Time
 	partial string // an unterminated line, waiting for the rest
 	tail    []string
+	step    string    // the step under way, "3/7 RUN ...", or ""
+	began   time.Time // when it began
 }
 
 // buildMessage is one message of the stream; old engines also send the error as
@@ -260,13 +268,15 @@ type buildMessage struct {
 // read consumes the stream; it returns the build's error, if it reports one.
 func (o *buildOutput) read(r io.Reader) error {
 	dec := json.NewDecoder(r)
-	defer o.flush()
 	for {
 		var m buildMessage
 		if err := dec.Decode(&m); err != nil {
+			o.flush()
 			if errors.Is(err, io.EOF) {
+				o.endStep("")
 				return nil
 			}
+			o.endStep("failed after ")
 			return fmt.Errorf("read the build output: %w", err)
 		}
 		if m.Error != nil || m.ErrorText != "" {
@@ -276,6 +286,7 @@ func (o *buildOutput) read(r io.Reader) error {
 				msg = m.Error.Message
 			}
 			o.line("ERROR: " + msg)
+			o.endStep("failed after ")
 			return errors.New(strings.TrimSpace(msg))
 		}
 		switch {
@@ -305,7 +316,8 @@ func (o *buildOutput) flush() {
 	}
 }
 
-// line records one complete line of output.
+// line records one complete line of output; a step's first line ends the step
+// before it.
 func (o *buildOutput) line(l string) {
 	l = strings.TrimRight(l, " \t")
 	if strings.TrimSpace(l) == "" {
@@ -316,9 +328,38 @@ func (o *buildOutput) line(l string) {
 		o.tail = o.tail[:logTailLines-1]
 	}
 	o.tail = append(o.tail, l)
-	if o.b.progress != nil && !isBuilderChatter(l) {
-		o.b.mu.Lock()
-		fmt.Fprintf(o.b.progress, "imagebuild: %s: %s\n", o.sandbox, l)
-		o.b.mu.Unlock()
+	if m := stepLine.FindStringSubmatch(l); m != nil {
+		o.endStep("")
+		o.step, o.began = m[1]+" "+shorten(m[2], maxStepText), o.now()
 	}
+}
+
+// endStep writes the progress line of the step under way, if there is one:
+// "<sandbox>: step 3/7 RUN ... (<how>12.3s)".
+func (o *buildOutput) endStep(how string) {
+	if o.step == "" {
+		return
+	}
+	o.b.progressf("%s: step %s (%s%.1fs)\n", o.sandbox, o.step, how, o.now().Sub(o.began).Seconds())
+	o.step = ""
+}
+
+// progressf writes one progress line, if the builder has a Progress writer.
+func (b *Builder) progressf(format string, args ...any) {
+	if b.progress == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	fmt.Fprintf(b.progress, format, args...)
+}
+
+// shorten is s with its runs of white space made one space, cut to max runes
+// with "..." at the end when it is longer.
+func shorten(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > max {
+		return string(r[:max-3]) + "..."
+	}
+	return s
 }

@@ -257,8 +257,9 @@ func TestAFailedBuildReturnsABuildErrorWithTheLogTail(t *testing.T) {
 	if strings.Contains(msg, "Step 11/60") {
 		t.Error("error message holds more than the tail")
 	}
-	if !strings.Contains(progress.String(), "imagebuild: default: Step 1/60 : RUN step 1\n") {
-		t.Errorf("progress lacks the first step:\n%.300s", progress.String())
+	if !strings.Contains(progress.String(), "default: step 1/60 RUN step 1 (") ||
+		!strings.Contains(progress.String(), "default: step 60/60 RUN step 60 (failed after ") {
+		t.Errorf("progress lacks the first step, or the last one's failure:\n%s", progress.String())
 	}
 	if _, ok := fake.images[be.Tag]; ok {
 		t.Error("a failed build left its tag")
@@ -323,9 +324,8 @@ func TestEnsureAllBuildsEverySandboxAndReportsEveryFailure(t *testing.T) {
 }
 
 func TestBuildOutputJoinsSplitLines(t *testing.T) {
-	var progress bytes.Buffer
-	b := newTestBuilder(t, newFakeDocker(), &progress)
-	o := &buildOutput{sandbox: "s", b: b}
+	b := newTestBuilder(t, newFakeDocker(), nil)
+	o := &buildOutput{sandbox: "s", b: b, now: time.Now}
 	stream := `{"stream":"Step 1/2 : RUN a"}{"stream":"\n ---\u003e Running in 1"}{"stream":"23456789abc\n"}` +
 		`{"stream":"progress\r50%\rdone"}{"status":"Downloading","progressDetail":{"current":1}}` +
 		`{"stream":"\nRemoving intermediate container 123456789abc\n ---\u003e 0123456789ab\n"}`
@@ -337,11 +337,48 @@ func TestBuildOutputJoinsSplitLines(t *testing.T) {
 	if strings.Join(o.tail, "|") != strings.Join(want, "|") {
 		t.Errorf("lines %q, want %q", o.tail, want)
 	}
-	wantProgress := "imagebuild: s: Step 1/2 : RUN a\nimagebuild: s: progress\nimagebuild: s: 50%\nimagebuild: s: done\n"
-	if progress.String() != wantProgress {
-		t.Errorf("progress %q, want %q (without the builder's bookkeeping)", progress.String(), wantProgress)
-	}
 	if err := o.read(strings.NewReader(`{"stream":"x"} not json`)); err == nil {
 		t.Error("a broken stream is not an error")
+	}
+}
+
+// clock is a fake clock that moves on by a second each time it is read.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time {
+	c.t = c.t.Add(time.Second)
+	return c.t
+}
+
+func TestProgressIsALineAStepWithItsTime(t *testing.T) {
+	var progress bytes.Buffer
+	b := newTestBuilder(t, newFakeDocker(), &progress)
+	c := &clock{}
+	o := &buildOutput{sandbox: "datascience", b: b, now: c.now}
+	long := "RUN apt-get update && apt-get install -y --no-install-recommends " + strings.Repeat("python3-x ", 20)
+	stream := `{"stream":"Step 1/3 : FROM jazzmine-python-base:bookworm\n"}{"stream":" ---\u003e 0123456789ab\n"}` +
+		`{"stream":"Step 2/3 : ` + long + `\n"}{"stream":" ---\u003e Running in 123456789abc\n"}` +
+		`{"stream":"Get:1 http://deb.debian.org/debian bookworm InRelease [151 kB]\n"}` +
+		`{"stream":"Step 3/3 : LABEL    a=b\n"}{"stream":"Successfully built 0123456789ab\n"}`
+	if err := o.read(strings.NewReader(stream)); err != nil {
+		t.Fatal(err)
+	}
+	want := "datascience: step 1/3 FROM jazzmine-python-base:bookworm (1.0s)\n" +
+		"datascience: step 2/3 " + shorten(long, maxStepText) + " (1.0s)\n" +
+		"datascience: step 3/3 LABEL a=b (1.0s)\n"
+	if progress.String() != want {
+		t.Errorf("progress:\n%s\nwant:\n%s", progress.String(), want)
+	}
+	if got := shorten(long, maxStepText); len(got) != maxStepText || !strings.HasSuffix(got, "...") {
+		t.Errorf("a long step is shown as %q, want %d characters ending in ...", got, maxStepText)
+	}
+
+	progress.Reset()
+	o = &buildOutput{sandbox: "s", b: b, now: c.now}
+	if err := o.read(strings.NewReader(`{"stream":"Step 1/1 : RUN false\n"}{"errorDetail":{"message":"returned a non-zero code: 1"}}`)); err == nil {
+		t.Fatal("a build's error is not an error")
+	}
+	if want := "s: step 1/1 RUN false (failed after 1.0s)\n"; progress.String() != want {
+		t.Errorf("progress %q, want %q", progress.String(), want)
 	}
 }

@@ -104,11 +104,12 @@ func dockerfile(spec *Spec, checksum string) string {
 		// with the other package managers, so an image has them only during its
 		// build. The base's dpkg excludes (deploy/base-image) keep documentation out,
 		// and the lists are removed again in the same layer.
+		// DEBIAN_FRONTEND is an ARG, set for the build only; the RUN line starts
+		// with what it installs, which the build's progress line shows.
 		w("# Debian packages, from the base image's apt sources.\n")
-		w("RUN set -e; export DEBIAN_FRONTEND=noninteractive; \\\n")
-		w("    apt-get update; \\\n")
-		w("    apt-get install -y --no-install-recommends %s; \\\n", strings.Join(spec.AptPackages, " "))
-		w("    apt-get clean; rm -rf /var/lib/apt/lists/*\n\n")
+		w("ARG DEBIAN_FRONTEND=noninteractive\n")
+		w("RUN apt-get update && apt-get install -y --no-install-recommends %s && \\\n", strings.Join(spec.AptPackages, " "))
+		w("    apt-get clean && rm -rf /var/lib/apt/lists/*\n\n")
 	}
 
 	if len(spec.Requirements) > 0 {
