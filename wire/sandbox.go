@@ -46,8 +46,11 @@ type SandboxInfo struct {
 	ToolErrors []string `json:"tool_errors,omitempty"`
 	// Python is the sandbox's Python version, e.g. "3.11.2".
 	Python string `json:"python,omitempty"`
-	// Packages are the pip requirements its image installed; the base image's
-	// own packages are not listed.
+	// AptPackages are the Debian packages its image installed (the config's
+	// apt_packages, sorted), e.g. "python3-yaml", which scripts import as yaml.
+	AptPackages []string `json:"apt_packages,omitempty"`
+	// Packages are the pip requirements its image installed (the config's
+	// requirements). The base image's own packages are listed in neither.
 	Packages []string `json:"packages,omitempty"`
 	// TimeoutSec is the timeout of a job that sets none; a job may ask for up
 	// to [MaxTimeoutSec].

@@ -47,7 +47,7 @@ func newMCPServer(c *client.Client, sandbox string, timeout time.Duration, state
 		s.readFile)
 	mcp.AddTool(s.server, &mcp.Tool{
 		Name:        "list_sandboxes",
-		Description: "Lists the sandboxes run_python may use: for each, its tools (functions scripts call as plain globals) with their signatures and docstrings, its Python version, packages, limits and network access.",
+		Description: "Lists the sandboxes run_python may use: for each, its tools (functions scripts call as plain globals) with their signatures and docstrings, its Python version, Debian and pip packages, limits and network access.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
 	}, s.listSandboxes)
 	mcp.AddTool(s.server, &mcp.Tool{
@@ -120,8 +120,11 @@ func describeSandboxes(list []client.SandboxInfo) string {
 		}
 		fmt.Fprintf(&b, "\n  Python %s; timeout %v s by default; %d MiB of memory, %v CPU, %d MiB of workspace; %s\n",
 			sb.Python, sb.TimeoutSec, sb.MemoryMB, sb.CPUs, sb.WorkspaceMB, network)
+		if len(sb.AptPackages) > 0 {
+			fmt.Fprintf(&b, "  Debian packages: %s\n", strings.Join(sb.AptPackages, ", "))
+		}
 		if len(sb.Packages) > 0 {
-			fmt.Fprintf(&b, "  packages: %s\n", strings.Join(sb.Packages, ", "))
+			fmt.Fprintf(&b, "  pip packages: %s\n", strings.Join(sb.Packages, ", "))
 		}
 		for _, t := range sb.Tools {
 			// An async def too: scripts call it as a plain function.

@@ -48,8 +48,8 @@ func Pool(spec *imagebuild.Spec, img imagebuild.Image) sandboxpool.Sandbox {
 
 // Worker is what the worker needs of a pool sandbox: its slots are its capacity, its
 // workspace bounds a job's input files, and what the sandbox catalog says of it (its
-// limits and, from spec when it is not nil, its description, packages and allowed
-// hosts; its tools come from its containers).
+// limits and, from spec when it is not nil, its description, Debian and pip packages
+// and allowed hosts; its tools come from its containers).
 func Worker(sb sandboxpool.Sandbox, spec *imagebuild.Spec) worker.Sandbox {
 	run := sb.WithDefaults()
 	info := wire.SandboxInfo{
@@ -59,7 +59,8 @@ func Worker(sb sandboxpool.Sandbox, spec *imagebuild.Spec) worker.Sandbox {
 		WorkspaceMB: run.WorkspaceBytes >> 20,
 	}
 	if spec != nil {
-		info.Description, info.Packages, info.AllowedHosts = spec.Description, spec.Requirements, spec.Network.AllowedHosts
+		info.Description, info.AllowedHosts = spec.Description, spec.Network.AllowedHosts
+		info.AptPackages, info.Packages = spec.AptPackages, spec.Requirements
 	}
 	return worker.Sandbox{Name: sb.Name, Slots: sb.PoolSize + sb.MaxOverflow, MaxInputBytes: sb.WorkspaceBytes, Info: info}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -171,6 +172,32 @@ func SandboxImageOf(t testing.TB, name string) imagebuild.Image {
 		t.Fatalf("build the example sandbox image %s: %v", name, img.err)
 	}
 	return img.image
+}
+
+// BuildSandbox builds the image of spec, a sandbox of a config the test wrote (see
+// imagebuild.ParseConfig), and removes the image when the test ends. The build's
+// progress goes to stderr.
+func BuildSandbox(t testing.TB, spec *imagebuild.Spec) imagebuild.Image {
+	t.Helper()
+	cli := Docker(t)
+	b, err := imagebuild.NewBuilder(imagebuild.BuilderConfig{Docker: cli, Progress: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	img, err := b.Ensure(ctx, spec)
+	if err != nil {
+		t.Fatalf("build the image of sandbox %s: %v", spec.Name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := cli.ImageRemove(ctx, img.ID, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil && !errdefs.IsNotFound(err) {
+			t.Errorf("remove image %s: %v", img.Tag, err)
+		}
+	})
+	return img
 }
 
 // NATS starts an in-process NATS server with JetStream on a free loopback port, with

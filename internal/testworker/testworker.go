@@ -38,6 +38,9 @@ type Options struct {
 	// configured there (image, environment, resources); Sandbox's pool size and
 	// overflow, when not zero, replace its own.
 	Spec string
+	// Build, when set, is a sandbox of a config the test wrote, run as Spec's
+	// would be: its image is built for the test and removed at its end.
+	Build *imagebuild.Spec
 }
 
 // Start runs a worker on nc until the end of the test, and stops it and its pool
@@ -92,20 +95,29 @@ func Start(t testing.TB, nc *nats.Conn, o Options) (*worker.Worker, *sandboxpool
 	return w, pool
 }
 
-// spec is the example config's sandbox the options run: Spec, or "default".
+// spec is the sandbox the options run: Build, or the example config's Spec, or
+// "default".
 func (o *Options) spec(t testing.TB) *imagebuild.Spec {
+	if o.Build != nil {
+		return o.Build
+	}
 	return testenv.ExampleConfig(t).Sandboxes[cmp.Or(o.Spec, "default")]
 }
 
 // sandbox is the pool sandbox the options describe, its image built.
 func (o *Options) sandbox(t testing.TB) sandboxpool.Sandbox {
-	if o.Spec == "" {
+	if o.Spec == "" && o.Build == nil {
 		img := testenv.SandboxImage(t)
 		sb := o.Sandbox
 		sb.Name, sb.Image, sb.Checksum = "default", img.Tag, img.Checksum
 		return sb
 	}
-	sb := sandboxspec.Pool(testenv.ExampleConfig(t).Sandboxes[o.Spec], testenv.SandboxImageOf(t, o.Spec))
+	var sb sandboxpool.Sandbox
+	if o.Build != nil {
+		sb = sandboxspec.Pool(o.Build, testenv.BuildSandbox(t, o.Build))
+	} else {
+		sb = sandboxspec.Pool(testenv.ExampleConfig(t).Sandboxes[o.Spec], testenv.SandboxImageOf(t, o.Spec))
+	}
 	if o.Sandbox.PoolSize != 0 {
 		sb.PoolSize = o.Sandbox.PoolSize
 	}
