@@ -3,13 +3,6 @@
 GO          ?= go
 PYTHON      ?= python3
 BASE_IMAGE  ?= jazzmine-python-base:bookworm
-# The datascience sandbox's base (examples/config.yaml): the base image's packages and these.
-# OpenBLAS serial, not the reference BLAS numpy would get: faster matrix products, and no
-# threads of its own in a harness that forks scripts from a zygote. python3-munkres answers
-# python3-fonttools's "python3-scipy | python3-munkres", which apt would otherwise answer
-# with scipy, whose python3-pythran depends on g++.
-DATASCIENCE_IMAGE    ?= jazzmine-python-datascience:bookworm
-DATASCIENCE_PACKAGES ?= python3-numpy python3-pandas python3-matplotlib libopenblas0-serial python3-munkres
 # gVisor's runsc, built from the Go module proxy (gvisor.dev/gvisor, whose Go module is
 # its repository's "go" branch) by make gvisor. One exact pseudo-version: a newer one is
 # a change of the sandboxes' kernel, to be tested like one.
@@ -36,14 +29,9 @@ build: ## Build the worker binary into bin/worker
 base-image: ## Build the Python base image from Debian packages (mmdebstrap + docker import); no registry needed
 	BASE_IMAGE=$(BASE_IMAGE) ./deploy/base-image/build.sh
 
-.PHONY: datascience-image
-datascience-image: ## Build the datascience sandbox's base image: the base image's packages with numpy, pandas, matplotlib (Agg)
-	BASE_IMAGE=$(DATASCIENCE_IMAGE) EXTRA_PACKAGES="$(DATASCIENCE_PACKAGES)" EXTRA_ENV=MPLBACKEND=Agg \
-	  SMOKE_TEST=deploy/base-image/datascience-smoke.py ./deploy/base-image/build.sh
-
 .PHONY: ipython-reference
-ipython-reference: datascience-image ## Record IPython's answers to the MCP comparison cells (cmd/worker/testdata/ipython) with Debian's ipython3 on the datascience base image
-	DATASCIENCE_IMAGE=$(DATASCIENCE_IMAGE) ./cmd/worker/testdata/ipython/record.sh
+ipython-reference: base-image ## Record IPython's answers to the MCP comparison cells (cmd/worker/testdata/ipython) with Debian's ipython3 beside the datascience sandbox's apt_packages
+	GO=$(GO) BASE_IMAGE=$(BASE_IMAGE) ./cmd/worker/testdata/ipython/record.sh
 
 .PHONY: gvisor
 gvisor: ## Build gVisor's runsc (GVISOR_VERSION) from the Go module proxy, install it and register it with Docker as runsc (as root; else print the steps)
@@ -83,14 +71,14 @@ test-deps: ## Install docker-compose for the compose test when root with apt (on
 	  fi; }
 
 .PHONY: test
-test: test-deps lint base-image datascience-image test-python test-go fuzz ## Everything CI runs: lint, base images, Python and Go tests, a short fuzz run
+test: test-deps lint base-image test-python test-go fuzz ## Everything CI runs: lint, the base image, Python and Go tests, a short fuzz run
 
 .PHONY: run
-run: base-image datascience-image build ## Run the worker with the example config and the embedded NATS server (127.0.0.1:4222)
+run: base-image build ## Run the worker with the example config and the embedded NATS server (127.0.0.1:4222)
 	./bin/worker serve --config examples/config.yaml
 
 .PHONY: demo
-demo: base-image datascience-image build ## Build what is needed, start a worker, submit example jobs, show their events, stop
+demo: base-image build ## Build what is needed, start a worker, submit example jobs, show their events, stop
 	./examples/demo.sh
 
 BENCH_OUT   ?= bench-out

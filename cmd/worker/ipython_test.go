@@ -20,7 +20,8 @@ type ipythonCell struct {
 }
 
 // ipythonAnswer is what IPython answered a cell (testdata/ipython/reference.json,
-// recorded by record.py with Debian's ipython3 on the datascience base image).
+// recorded by record.py with Debian's ipython3 beside the datascience sandbox's
+// apt_packages).
 type ipythonAnswer struct {
 	Name           string `json:"name"`
 	ExecutionCount int    `json:"execution_count"`

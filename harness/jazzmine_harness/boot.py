@@ -45,8 +45,8 @@ def prepare():
     # too (pid_namespaces(7)). Python's own SIGINT handler would let a script end us.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     # Before anything imports matplotlib: it reads its backend when imported. Ours is
-    # Agg that displays what plt.show() shows, so it replaces a plain Agg (the
-    # datascience image's default) too; any other backend set is the sandbox's own.
+    # Agg that displays what plt.show() shows, so it replaces a plain Agg (an image's
+    # or the sandbox's env) too; any other backend set is the sandbox's own.
     if os.environ.get("MPLBACKEND", "").lower() in ("", "agg"):
         os.environ["MPLBACKEND"] = config.MPLBACKEND
     if config.IN_CONTAINER and not os.environ.get("JAZZMINE_EGRESS_SOCKET"):

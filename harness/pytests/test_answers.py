@@ -209,7 +209,7 @@ class UsageAndEntropyTest(unittest.TestCase):
 
     def test_every_execution_has_a_multiprocessing_key_of_its_own(self):
         # A module seeded at import (here multiprocessing's authentication key) is seeded
-        # again in every child; numpy's RandomState is the datascience image's (a Go test).
+        # again in every child; numpy's RandomState is the datascience sandbox's (a Go test).
         h = HarnessProcess(env={"JAZZMINE_PRELOAD": "multiprocessing"})
         self.addCleanup(h.close)
         keys = set()

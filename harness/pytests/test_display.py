@@ -1,6 +1,6 @@
 """display(obj) and the matplotlib backend (jazzmine_harness.display, .mpl) over a real
 harness process. The matplotlib tests skip where matplotlib is not installed (run them
-in the datascience image). Run with `make test-python`."""
+where python3-matplotlib is, as in the datascience sandbox's image). Run with `make test-python`."""
 
 import base64
 import importlib.util
@@ -130,7 +130,7 @@ display(Svg(), Jpeg(), Bundle())
         self.addCleanup(h.close)
         h.send(type="execute", execution_id="b2", script="import os\nemit_result(os.environ.get('MPLBACKEND'))")
         self.assertEqual([e["data"] for e in h.until("script_done") if e["type"] == "final_result"], ["svg"])
-        # A plain Agg (the datascience image's default) is replaced: ours is Agg that displays.
+        # A plain Agg (an image's or a sandbox env's) is replaced: ours is Agg that displays.
         h = HarnessProcess(env={"MPLBACKEND": "Agg"})
         self.addCleanup(h.close)
         h.send(type="execute", execution_id="b3", script="import os\nemit_result(os.environ.get('MPLBACKEND'))")
