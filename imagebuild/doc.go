@@ -9,7 +9,9 @@
 //
 // A sandbox's image is tagged jazzmine-sandbox-<name>:<checksum prefix> (see
 // [Tag]). The [Checksum] covers the base image's id, the generated
-// [Dockerfile], the harness, the tools, the requirements and the wheelhouse;
+// [Dockerfile], the harness, the tools, the Debian packages (apt_packages,
+// installed from the base image's apt sources), the requirements and the
+// wheelhouse;
 // [Builder.Ensure] builds only when no image has that tag, so an unchanged
 // sandbox never rebuilds, and concurrent callers share one build. Images are
 // built with the classic builder from an in-memory build context; nothing is
@@ -18,7 +20,8 @@
 // The image runs the harness as its entrypoint, as user sandbox (uid 10001; the
 // pool runs each container as a uid of its own, with the group sandbox),
 // with the tools read-only in /tools, and without curl, wget, netcat, socat,
-// compilers, make, apt, dpkg or pip.
+// compilers, assemblers, linkers, make, apt, dpkg or pip, whatever its
+// apt_packages brought in.
 //
 // Docker is reached through the narrow [Docker] interface (implemented by the
 // Engine SDK's *client.Client, see [Connect]) so that tests can fake it. The

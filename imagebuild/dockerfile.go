@@ -45,10 +45,17 @@ const (
 )
 
 // purged are the programs the image build removes from every directory on PATH
-// (shell globs): what helps to exfiltrate data, fetch code or build it.
+// (shell globs): what helps to exfiltrate data, fetch code or build it. Debian's
+// compilers, assembler and linker also go by their target's name
+// (x86_64-linux-gnu-gcc-12), and gcc comes with c89-gcc and c99-gcc: an
+// apt_packages entry may bring them in as dependencies. ld.so, the dynamic
+// loader's link, stays.
 var purged = []string{
 	"curl", "wget", "nc", "nc.*", "netcat", "ncat", "socat", "telnet", "ftp", "tftp",
-	"gcc*", "g++*", "cc", "c++", "cpp*", "clang*", "tcc", "make", "gmake",
+	"gcc*", "g++*", "cc", "c++", "cpp*", "c89*", "c99*", "clang*", "tcc", "make", "gmake",
+	"as", "ld", "ld.bfd", "ld.gold",
+	"*-linux-gnu*-gcc*", "*-linux-gnu*-g++*", "*-linux-gnu*-cpp*", "*-linux-gnu*-c++*",
+	"*-linux-gnu*-as", "*-linux-gnu*-ld", "*-linux-gnu*-ld.*",
 	"apt*", "dpkg*", "pip", "pip3*",
 }
 

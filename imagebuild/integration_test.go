@@ -385,3 +385,43 @@ func TestARequirementMissingFromTheWheelhouseFailsWithTheBuildLog(t *testing.T) 
 		t.Errorf("the failed build left an image tagged %s", be.Tag)
 	}
 }
+
+// TestDebianPackagesAreInstalledAndTheirCompilersBurnt plays an operator who lists a
+// compiler among a sandbox's apt_packages (or a package that depends on one): the
+// image has what the packages install (gcc's libraries), but no compiler, assembler,
+// linker, apt, dpkg or setuid program on the PATH, under any of the names Debian
+// gives them, and no apt lists.
+func TestDebianPackagesAreInstalledAndTheirCompilersBurnt(t *testing.T) {
+	cli := requireDocker(t)
+	name := uniqueName(t)
+	cfg := mustParse(t, map[string]string{"config.yaml": fmt.Sprintf("sandboxes:\n  %s: {apt_packages: [gcc, python3-yaml]}\n", name)})
+	_, img := buildForTest(t, cli, cfg.Sandboxes[name])
+
+	var got struct {
+		YAML       string
+		Installed  bool
+		OnPath     []string
+		SetID      []string
+		AptListsIn []string
+	}
+	inImage(t, img.Tag, `
+import json, os, re, stat, yaml
+path = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+build = re.compile(r"(^|-)(gcc|g\+\+|cc|c\+\+|cpp|as|ld|ld\.bfd|ld\.gold)(-[0-9.]+)?$|^c[89]9|^(apt|apt-get|dpkg|make|pip3?)$")
+on_path = sorted({n for d in path if os.path.isdir(d) for n in os.listdir(d) if build.search(n)})
+setid = [os.path.join(r, n) for r, _, ns in os.walk("/usr") for n in ns
+         if os.path.isfile(os.path.join(r, n)) and not os.path.islink(os.path.join(r, n))
+         and os.stat(os.path.join(r, n)).st_mode & (stat.S_ISUID | stat.S_ISGID)]
+print(json.dumps({"yaml": yaml.safe_dump({"a": 1}).strip(), "installed": os.path.isdir("/usr/lib/gcc"),
+    "onpath": on_path, "setid": setid, "aptlistsin": [n for n in os.listdir("/var/lib/apt/lists") if n != "partial"]}))
+`, &got)
+	if got.YAML != "a: 1" || !got.Installed {
+		t.Errorf("yaml.safe_dump gives %q, /usr/lib/gcc there: %v; want both packages installed", got.YAML, got.Installed)
+	}
+	if len(got.OnPath) != 0 || len(got.SetID) != 0 {
+		t.Errorf("left on the PATH: %q; setuid or setgid: %q; want neither", got.OnPath, got.SetID)
+	}
+	if len(got.AptListsIn) != 0 {
+		t.Errorf("apt's lists left in the image: %q", got.AptListsIn)
+	}
+}
