@@ -133,6 +133,9 @@ func resolveSpec(name string, in *specYAML, dir string) (*Spec, []error) {
 // twice is an error (with two versions apt would fail the build, and without, one
 // of them is a slip).
 func resolveAptPackages(in []string) ([]string, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
 	var errs []error
 	seen := map[string]bool{}
 	for i, p := range in {
@@ -146,9 +149,6 @@ func resolveAptPackages(in []string) ([]string, error) {
 			errs = append(errs, fmt.Errorf("apt_packages[%d]: %q is listed twice", i, name))
 		}
 		seen[name] = true
-	}
-	if len(in) == 0 {
-		return nil, errors.Join(errs...)
 	}
 	out := slices.Clone(in)
 	slices.Sort(out)
