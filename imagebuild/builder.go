@@ -38,10 +38,10 @@ type BuilderConfig struct {
 	// Logger receives one record per build and per reused image; nil discards.
 	Logger *slog.Logger
 	// Progress receives a line when a build starts and one for each step of the
-	// Dockerfile when it ends, with its time ("<sandbox>: step 3/7 RUN apt-get
-	// ... (12.3s)"); the step's own output is left out (a failed build's
-	// *BuildError holds its end). nil means no progress output. Writes are
-	// serialised, one line each.
+	// Dockerfile when it ends, with its time ("imagebuild: <sandbox>: step 3/7
+	// RUN apt-get ... (12.3s)"); the step's own output is left out (a failed
+	// build's *BuildError holds its end). nil means no progress output. Writes
+	// are serialised, one line each.
 	Progress io.Writer
 }
 
@@ -206,7 +206,7 @@ func (b *Builder) build(ctx context.Context, spec *Spec, img Image) (Image, erro
 		return fail(nil, err)
 	}
 	b.log.Info("building sandbox image", "sandbox", spec.Name, "tag", img.Tag, "context_bytes", len(tarball))
-	b.progressf("%s: building %s\n", spec.Name, img.Tag)
+	b.progressf("imagebuild: %s: building %s\n", spec.Name, img.Tag)
 	start := time.Now()
 	id, tail, err := b.runBuild(ctx, spec.Name, img.Tag, tarball)
 	if err != nil {
@@ -335,12 +335,12 @@ func (o *buildOutput) line(l string) {
 }
 
 // endStep writes the progress line of the step under way, if there is one:
-// "<sandbox>: step 3/7 RUN ... (<how>12.3s)".
+// "imagebuild: <sandbox>: step 3/7 RUN ... (<how>12.3s)".
 func (o *buildOutput) endStep(how string) {
 	if o.step == "" {
 		return
 	}
-	o.b.progressf("%s: step %s (%s%.1fs)\n", o.sandbox, o.step, how, o.now().Sub(o.began).Seconds())
+	o.b.progressf("imagebuild: %s: step %s (%s%.1fs)\n", o.sandbox, o.step, how, o.now().Sub(o.began).Seconds())
 	o.step = ""
 }
 

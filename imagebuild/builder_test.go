@@ -257,8 +257,8 @@ func TestAFailedBuildReturnsABuildErrorWithTheLogTail(t *testing.T) {
 	if strings.Contains(msg, "Step 11/60") {
 		t.Error("error message holds more than the tail")
 	}
-	if !strings.Contains(progress.String(), "default: step 1/60 RUN step 1 (") ||
-		!strings.Contains(progress.String(), "default: step 60/60 RUN step 60 (failed after ") {
+	if !strings.Contains(progress.String(), "imagebuild: default: step 1/60 RUN step 1 (") ||
+		!strings.Contains(progress.String(), "imagebuild: default: step 60/60 RUN step 60 (failed after ") {
 		t.Errorf("progress lacks the first step, or the last one's failure:\n%s", progress.String())
 	}
 	if _, ok := fake.images[be.Tag]; ok {
@@ -363,9 +363,9 @@ func TestProgressIsALineAStepWithItsTime(t *testing.T) {
 	if err := o.read(strings.NewReader(stream)); err != nil {
 		t.Fatal(err)
 	}
-	want := "datascience: step 1/3 FROM jazzmine-python-base:bookworm (1.0s)\n" +
-		"datascience: step 2/3 " + shorten(long, maxStepText) + " (1.0s)\n" +
-		"datascience: step 3/3 LABEL a=b (1.0s)\n"
+	want := "imagebuild: datascience: step 1/3 FROM jazzmine-python-base:bookworm (1.0s)\n" +
+		"imagebuild: datascience: step 2/3 " + shorten(long, maxStepText) + " (1.0s)\n" +
+		"imagebuild: datascience: step 3/3 LABEL a=b (1.0s)\n"
 	if progress.String() != want {
 		t.Errorf("progress:\n%s\nwant:\n%s", progress.String(), want)
 	}
@@ -378,7 +378,7 @@ func TestProgressIsALineAStepWithItsTime(t *testing.T) {
 	if err := o.read(strings.NewReader(`{"stream":"Step 1/1 : RUN false\n"}{"errorDetail":{"message":"returned a non-zero code: 1"}}`)); err == nil {
 		t.Fatal("a build's error is not an error")
 	}
-	if want := "s: step 1/1 RUN false (failed after 1.0s)\n"; progress.String() != want {
+	if want := "imagebuild: s: step 1/1 RUN false (failed after 1.0s)\n"; progress.String() != want {
 		t.Errorf("progress %q, want %q", progress.String(), want)
 	}
 }
