@@ -25,3 +25,20 @@ func TestListSandboxesSaysWhichOneNoWorkerServes(t *testing.T) {
 		t.Errorf("the unavailable sandbox is described as if it served:\n%s", text)
 	}
 }
+
+// TestTheSandboxListNamesTheDebianAndPipPackages: what a model reads of a sandbox says
+// which Debian and pip packages its image has, so that it knows yaml is there.
+func TestTheSandboxListNamesTheDebianAndPipPackages(t *testing.T) {
+	text := describeSandboxes([]client.SandboxInfo{
+		{Sandbox: "data", AptPackages: []string{"python3-numpy", "python3-yaml"}, Packages: []string{"tabulate==0.9"}},
+		{Sandbox: "plain"},
+	})
+	for _, want := range []string{"sandbox data\n", "  Debian packages: python3-numpy, python3-yaml\n", "  pip packages: tabulate==0.9\n"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the list lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Count(text, "packages:") != 2 {
+		t.Errorf("a sandbox without packages lists some:\n%s", text)
+	}
+}
