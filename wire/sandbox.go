@@ -62,6 +62,11 @@ type SandboxInfo struct {
 	// AllowedHosts are the host:port entries its scripts may reach through the
 	// egress proxy; empty means no network at all.
 	AllowedHosts []string `json:"allowed_hosts,omitempty"`
+	// FleetOnly says that the sandbox serves the fleet's own account only: its
+	// workers refuse it to tenants (a fleet that runs its tenants' scripts under
+	// gVisor only, and this sandbox under another runtime). A tenant's catalog
+	// answer leaves it out.
+	FleetOnly bool `json:"fleet_only,omitempty"`
 	// Error, when set, says why the worker that wrote the entry cannot serve the
 	// sandbox (its image could not be built, or its base image is missing), and
 	// that no worker serves it: a worker that serves it replaces the entry.

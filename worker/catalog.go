@@ -177,6 +177,7 @@ func (c *catalog) logToolErrors(sandbox string, errs []harness.ToolError) {
 func (c *catalog) putFailed(ctx context.Context, sb Sandbox, why string) error {
 	info := sb.Info
 	info.Sandbox, info.Error, info.WorkerID, info.Updated = sb.Name, why, c.workerID, time.Now().UTC()
+	info.FleetOnly = sb.TenantRefusal != ""
 	info.Tools = []wire.ToolSpec{}
 	if info.TimeoutSec == 0 {
 		info.TimeoutSec = c.timeout.Seconds()
@@ -198,6 +199,7 @@ func (c *catalog) putFailed(ctx context.Context, sb Sandbox, why string) error {
 func (c *catalog) entry(sb Sandbox, ready harness.Ready, docs bool) wire.SandboxInfo {
 	info := sb.Info
 	info.Sandbox, info.Python, info.WorkerID, info.Updated = sb.Name, ready.Python, c.workerID, time.Now().UTC()
+	info.FleetOnly = sb.TenantRefusal != ""
 	if info.TimeoutSec == 0 {
 		info.TimeoutSec = c.timeout.Seconds()
 	}
@@ -303,7 +305,7 @@ func (c *catalog) list() ([]byte, error) {
 	}
 	infos := []wire.SandboxInfo{}
 	for _, e := range c.view {
-		if time.Since(e.put) < SandboxesTTL {
+		if time.Since(e.put) < SandboxesTTL && !e.info.FleetOnly {
 			infos = append(infos, e.info)
 		}
 	}

@@ -25,6 +25,13 @@ func TestASandboxRefusedToTenantsServesOnlyTheFleetsOwnAccount(t *testing.T) {
 	const why = "this fleet runs its tenants' scripts under gVisor only"
 	startWorker(t, nc, 1, 0, func(c *worker.Config) { c.Sandboxes[0].TenantRefusal = why })
 
+	// The catalog says so, and a tenant's catalog answer leaves the sandbox out
+	// (TestATenantsCatalogAnswerFitsAMessage).
+	testenv.WaitFor(t, time.Minute, "the sandbox's catalog entry to say it serves the fleet only", func() bool {
+		entry, err := bucket(t, nc, wire.SandboxesBucket).Get(t.Context(), "default")
+		return err == nil && strings.Contains(string(entry.Value()), `"fleet_only":true`)
+	})
+
 	a := newAgent(t, nc)
 	id := newID("own")
 	a.submit(wire.ContentTypeJSON, wire.Job{ExecutionID: id, Sandbox: "default", Script: "emit_result(42)"})
