@@ -70,6 +70,10 @@ var purgedPaths = []string{
 	"/usr/share/python-wheels/pip-*",
 	installDir,
 	"/root/.cache",
+	// apt's and dpkg's helpers outside PATH: apt-helper download-file fetches a URL,
+	// and the methods (http, https, ftp, ssh) are what it fetches with.
+	"/usr/lib/apt",
+	"/usr/libexec/dpkg",
 }
 
 // installDir is where the build context's install/ directory (requirements.txt
@@ -115,7 +119,9 @@ func dockerfile(spec *Spec, checksum string) string {
 		// with what it installs, which the build's progress line shows.
 		w("# Debian packages, from the base image's apt sources.\n")
 		w("ARG DEBIAN_FRONTEND=noninteractive\n")
-		w("RUN apt-get update && apt-get install -y --no-install-recommends %s && \\\n", strings.Join(spec.AptPackages, " "))
+		// Pattern-Only: a name is a package's name, never the regular expression apt
+		// falls back to when no package has it (python3.1 would install every match).
+		w("RUN apt-get update && apt-get install -y --no-install-recommends -o APT::Cmd::Pattern-Only=true %s && \\\n", strings.Join(spec.AptPackages, " "))
 		w("    apt-get clean && rm -rf /var/lib/apt/lists/*\n\n")
 	}
 

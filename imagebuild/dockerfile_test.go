@@ -83,7 +83,7 @@ func TestDockerfileInstallsDebianPackagesBeforeRequirementsAndTheBurn(t *testing
 	cfg := mustParse(t, map[string]string{"config.yaml": "sandboxes:\n  default: {apt_packages: [python3-yaml, libopenblas0-serial=0.3.21+ds-4], requirements: [requests]}\n"})
 	got := Dockerfile(cfg.Sandboxes["default"])
 	golden(t, "apt-packages", got)
-	install := strings.Index(got, "apt-get install -y --no-install-recommends libopenblas0-serial=0.3.21+ds-4 python3-yaml &&")
+	install := strings.Index(got, "apt-get install -y --no-install-recommends -o APT::Cmd::Pattern-Only=true libopenblas0-serial=0.3.21+ds-4 python3-yaml &&")
 	pip := strings.Index(got, "pip install")
 	burn := strings.Index(got, "rm -f curl")
 	if install < 0 || !strings.Contains(got, "RUN apt-get update &&") || !strings.Contains(got, "rm -rf /var/lib/apt/lists/*") {

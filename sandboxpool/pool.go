@@ -66,6 +66,7 @@ type Pool struct {
 	stopBg   context.CancelFunc
 	wg       sync.WaitGroup // every goroutine the pool starts
 	started  bool
+	warmed   bool // Start has spawned the warm containers of the sandboxes it found
 	stopLoop chan struct{}
 
 	ownDocker io.Closer // the Docker client New made, closed by Close; nil if given one
@@ -166,6 +167,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	for _, sb := range p.sandboxes {
 		w.spawnLocked(p, sb)
 	}
+	p.warmed = true // a sandbox added from now on is warmed by Add
 	p.wg.Add(1)
 	go p.maintain()
 	if p.cfg.ReapInterval > 0 && p.cfg.WorkerAlive != nil {
@@ -177,8 +179,8 @@ func (p *Pool) Start(ctx context.Context) error {
 }
 
 // Add adds a sandbox to the pool, one whose image was not ready when the pool was
-// made: once the pool has started, it spawns the sandbox's warm containers and waits
-// for them as Start does; before, Start does. An error of a spawn leaves the sandbox
+// made: once Start has warmed the others, it spawns the sandbox's warm containers
+// and waits for them as Start does; before, Start does. An error of a spawn leaves the sandbox
 // in the pool, which keeps trying as it does for any sandbox.
 func (p *Pool) Add(ctx context.Context, sb Sandbox) error {
 	p.mu.Lock()
@@ -191,7 +193,7 @@ func (p *Pool) Add(ctx context.Context, sb Sandbox) error {
 		return err
 	}
 	var w warmUp
-	if p.started {
+	if p.warmed {
 		w.spawnLocked(p, p.sandboxes[sb.Name])
 	}
 	p.mu.Unlock()

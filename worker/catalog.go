@@ -105,11 +105,27 @@ func (c *catalog) keep(ctx context.Context) {
 
 func (c *catalog) stop() { c.done.Wait() }
 
-// fail records why this worker cannot serve the sandbox, and puts it (putFailed).
+// fail records why this worker cannot serve the sandbox, and puts it (putFailed):
+// the first line of why only (a build's log stays in the worker's log), which
+// tenants read.
 func (c *catalog) fail(sandbox, why string) {
+	why, _, _ = strings.Cut(why, "\n")
 	c.failMu.Lock()
 	c.failed[sandbox] = cut(why, maxToolError)
 	c.failMu.Unlock()
+	c.nudge()
+}
+
+// recover forgets that the sandbox failed: it serves now.
+func (c *catalog) recover(sandbox string) {
+	c.failMu.Lock()
+	delete(c.failed, sandbox)
+	c.failMu.Unlock()
+	c.nudge()
+}
+
+// nudge has the loop of keep put the entries at once.
+func (c *catalog) nudge() {
 	select {
 	case c.kick <- struct{}{}:
 	default:
@@ -170,10 +186,12 @@ func (c *catalog) logToolErrors(sandbox string, errs []harness.ToolError) {
 	}
 }
 
-// putFailed puts the entry of a sandbox this worker cannot serve, saying why, where
-// no entry is: the entry of a worker that serves it stays (the bucket has one entry
-// a sandbox), and replaces this one when it is put. An entry put here expires with
-// the bucket's TTL, as any, and is put again then if the sandbox still has none.
+// putFailed puts the entry of a sandbox this worker cannot serve, saying why, unless
+// a worker that serves it put the entry lately (every worker puts its entries every
+// SandboxesTTL/4): that entry stays (the bucket has one entry a sandbox), and
+// replaces this one when it is put again. An entry of a worker that no longer puts
+// it (it stopped, or failed), this worker's own, or one that says a failure, is
+// replaced.
 func (c *catalog) putFailed(ctx context.Context, sb Sandbox, why string) error {
 	info := sb.Info
 	info.Sandbox, info.Error, info.WorkerID, info.Updated = sb.Name, why, c.workerID, time.Now().UTC()
@@ -188,8 +206,23 @@ func (c *catalog) putFailed(ctx context.Context, sb Sandbox, why string) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err = c.kv.Create(pctx, sb.Name, data); errors.Is(err, jetstream.ErrKeyExists) {
+	entry, err := c.kv.Get(pctx, sb.Name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if _, err = c.kv.Create(pctx, sb.Name, data); errors.Is(err, jetstream.ErrKeyExists) {
+			return nil // another worker put it meanwhile
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	var put wire.SandboxInfo
+	if json.Unmarshal(entry.Value(), &put) == nil && put.WorkerID != c.workerID && put.Error == "" &&
+		time.Since(entry.Created()) < SandboxesTTL/4+time.Minute {
 		return nil
+	}
+	if _, err = c.kv.Update(pctx, sb.Name, data, entry.Revision()); errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return nil // another worker put it meanwhile
 	}
 	return err
 }

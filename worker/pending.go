@@ -62,14 +62,16 @@ func (w *Worker) Serve(sandbox string) error {
 	if err := w.gates.serve(sandbox); err != nil {
 		return err
 	}
+	w.catalog.recover(sandbox)
 	w.log.Info("sandbox serving", "sandbox", sandbox)
 	return nil
 }
 
-// Unavailable reports a pending sandbox that this worker will not serve: its image
-// could not be built, or the pool could not take it. Its jobs and sessions stay in
-// their streams for a worker that serves it, and the catalog says why, unless
-// another worker serves it (see catalog.putFailed).
+// Unavailable reports a pending sandbox that this worker cannot serve (yet): its
+// image could not be built, or the pool could not take it. Its jobs and sessions
+// stay in their streams for a worker that serves it, and the catalog says why (the
+// first line of reason), unless another worker serves it (see catalog.putFailed),
+// until Serve names it.
 func (w *Worker) Unavailable(sandbox string, reason error) {
 	w.catalog.fail(sandbox, reason.Error())
 }

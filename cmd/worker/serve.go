@@ -236,16 +236,17 @@ func (m *member) run(ctx context.Context, states *sandboxStates, started *atomic
 		m.log.Warn("start the pool", "err", err)
 	}
 	started.Store(pool)
-	var brought sync.WaitGroup
+	var brought, settled sync.WaitGroup // settled: each sandbox served, or failed once
 	for _, sb := range pending {
 		brought.Add(1)
+		settled.Add(1)
 		go func() {
 			defer brought.Done()
-			m.bring(ctx, sb, pool, w, states)
+			m.bring(ctx, sb, pool, w, states, sync.OnceFunc(settled.Done))
 		}()
 	}
 	go func() {
-		brought.Wait()
+		settled.Wait()
 		if failed := states.failed(); len(failed) > 0 {
 			m.log.Error("serving some sandboxes only: the others could not be built", "sandboxes", states.serving(), "failed", failed, "nats", m.nc.ConnectedUrlRedacted())
 		} else if ctx.Err() == nil {
@@ -267,21 +268,42 @@ func (m *member) run(ctx context.Context, states *sandboxStates, started *atomic
 	return err
 }
 
+// The delays between two builds of a sandbox whose image could not be built: the
+// first doubles up to the last. A mirror that did not answer, or a base image loaded
+// meanwhile, needs no restart of the worker.
+const (
+	buildRetryMin = 30 * time.Second
+	buildRetryMax = 10 * time.Minute
+)
+
 // bring builds the image of a pending sandbox (traced and counted), adds the sandbox
-// to the pool and has the worker serve it; a sandbox whose image cannot be built is
-// reported to the log, the catalog and states instead. Warm containers that did not
-// start are logged: the pool keeps trying, as for any sandbox.
-func (m *member) bring(ctx context.Context, sb sandboxpool.Sandbox, pool *sandboxpool.Pool, w *worker.Worker, states *sandboxStates) {
+// to the pool and has the worker serve it. While its image cannot be built, the
+// sandbox is reported to the log, the catalog and states, and built again after a
+// delay. settled is called once: when it serves, or when it first failed. Warm
+// containers that did not start are logged: the pool keeps trying, as for any
+// sandbox.
+func (m *member) bring(ctx context.Context, sb sandboxpool.Sandbox, pool *sandboxpool.Pool, w *worker.Worker, states *sandboxStates, settled func()) {
+	defer settled()
 	log := m.log.With("sandbox", sb.Name)
-	img, err := buildImage(ctx, m.builder, m.cfg.Sandboxes[sb.Name])
-	if err != nil {
+	var img imagebuild.Image
+	for delay := buildRetryMin; ; delay = min(2*delay, buildRetryMax) {
+		var err error
+		if img, err = buildImage(ctx, m.builder, m.cfg.Sandboxes[sb.Name]); err == nil {
+			break
+		}
 		if ctx.Err() != nil {
 			return
 		}
-		log.Error("the sandbox is not served: its image could not be built", "err", err)
-		states.set(sb.Name, "failed: "+err.Error())
+		log.Error("the sandbox is not served: its image could not be built", "err", err, "again_in", delay)
+		states.set(sb.Name, fmt.Sprintf("failed (built again in %v): %v", delay, err))
 		w.Unavailable(sb.Name, err)
-		return
+		settled()
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return
+		}
+		states.set(sb.Name, stateBuilding)
 	}
 	sb.Image, sb.Checksum = img.Tag, img.Checksum
 	states.set(sb.Name, stateStarting)
@@ -376,7 +398,8 @@ func (s *sandboxStates) failed() []string {
 }
 
 // ready is nil once every sandbox serves with a ready container of the pool whose
-// tools all loaded; else it names each sandbox that does not, and why.
+// tools all loaded (one without warm containers, once it serves); else it names
+// each sandbox that does not, and why.
 func (s *sandboxStates) ready(pool *sandboxpool.Pool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -392,7 +415,10 @@ func (s *sandboxStates) ready(pool *sandboxpool.Pool) error {
 		}
 		r, ok := pool.Ready(n)
 		if !ok {
-			errs = append(errs, fmt.Errorf("%s: no container ready yet", n))
+			// A sandbox with no warm containers (pool.size 0) has none until a job.
+			if pool.Stats().Sandboxes[n].PoolSize > 0 {
+				errs = append(errs, fmt.Errorf("%s: no container ready yet", n))
+			}
 			continue
 		}
 		for _, e := range r.ToolErrors {
