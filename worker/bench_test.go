@@ -109,9 +109,19 @@ func throughput(b *testing.B, agents, maxUses int) {
 	c := newClient(b, nc)
 	ctx := context.Background()
 	run(b, ctx, c, 4)
+	lat, errs, elapsed := agentLoad(b, ctx, c, agents)
+	rate := float64(len(lat)) / elapsed.Seconds()
+	b.ReportMetric(rate, "jobs/s")
+	b.ReportMetric(float64(errs), "errors")
+	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"jobs_per_s": rate, "agents": float64(agents), "errors": float64(errs), "max_uses": float64(maxUses)})
+}
+
+// agentLoad runs b.N trivial jobs through c from agents goroutines at once, with the
+// benchmark's timer running; it returns the latencies of the jobs that succeeded, how
+// many failed, and the time the load took.
+func agentLoad(b *testing.B, ctx context.Context, c *client.Client, agents int) (lat []time.Duration, errs int64, elapsed time.Duration) {
 	var mu sync.Mutex
-	var lat []time.Duration
-	var errs atomic.Int64
+	var failed atomic.Int64
 	jobs := make(chan struct{}, b.N)
 	for range b.N {
 		jobs <- struct{}{}
@@ -127,7 +137,7 @@ func throughput(b *testing.B, agents, maxUses int) {
 				res, err := c.Run(ctx, wire.Job{Sandbox: "default", Script: trivial})
 				d := time.Since(t0)
 				if err != nil || !res.Success {
-					errs.Add(1)
+					failed.Add(1)
 					continue
 				}
 				mu.Lock()
@@ -137,12 +147,9 @@ func throughput(b *testing.B, agents, maxUses int) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed = time.Since(start)
 	b.StopTimer()
-	rate := float64(len(lat)) / elapsed.Seconds()
-	b.ReportMetric(rate, "jobs/s")
-	b.ReportMetric(float64(errs.Load()), "errors")
-	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"jobs_per_s": rate, "agents": float64(agents), "errors": float64(errs.Load()), "max_uses": float64(maxUses)})
+	return lat, failed.Load(), elapsed
 }
 
 func BenchmarkDockerRun(b *testing.B) {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/jazzmine/worker/client"
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/sandboxpool"
-	"github.com/jazzmine/worker/wire"
 )
 
 // BenchmarkTiers measures the trivial job under each isolation tier in one run, so
@@ -75,43 +72,14 @@ func tierLatency(b *testing.B, runtime string) {
 func tierThroughput(b *testing.B, runtime string, agents int) {
 	c, id := tierWorker(b, runtime, 4)
 	ctx := context.Background()
-	jobs := make(chan struct{}, b.N)
-	for range b.N {
-		jobs <- struct{}{}
-	}
-	close(jobs)
-	var mu sync.Mutex
-	var lat []time.Duration
-	var errs atomic.Int64
 	cpu0 := workerCPU(b, id)
-	b.ResetTimer()
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range agents {
-		wg.Go(func() {
-			for range jobs {
-				t0 := time.Now()
-				res, err := c.Run(ctx, wire.Job{Sandbox: "default", Script: trivial})
-				d := time.Since(t0)
-				if err != nil || !res.Success {
-					errs.Add(1)
-					continue
-				}
-				mu.Lock()
-				lat = append(lat, d)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
+	lat, errs, elapsed := agentLoad(b, ctx, c, agents)
 	rate := float64(len(lat)) / elapsed.Seconds()
 	perJob := float64((workerCPU(b, id) - cpu0).Microseconds()) / 1000 / float64(b.N)
 	b.ReportMetric(rate, "jobs/s")
 	b.ReportMetric(perJob, "container-cpu-ms/job")
-	b.ReportMetric(float64(errs.Load()), "errors")
-	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"jobs_per_s": rate, "agents": float64(agents), "errors": float64(errs.Load()), "container_cpu_ms_per_job": perJob})
+	b.ReportMetric(float64(errs), "errors")
+	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"jobs_per_s": rate, "agents": float64(agents), "errors": float64(errs), "container_cpu_ms_per_job": perJob})
 }
 
 func tierSpawn(b *testing.B, runtime string) {
