@@ -189,7 +189,7 @@ func TestInvalidConfigs(t *testing.T) {
 		{"two tools with the same file name are an error", "sandboxes: {default: {tools: [tools/a.py, other/a.py]}}\n", []string{"two tools are named a.py"}},
 		{"a missing wheelhouse is an error", "sandboxes: {default: {wheelhouse: wheels}}\n", []string{"wheelhouse:", "no such file"}},
 		{"a requirement with a newline is an error", "sandboxes: {default: {requirements: [\"a\\n--index-url x\"]}}\n", []string{"requirements[0]"}},
-		{"a Debian package name ending in - (apt's remove) is refused", "sandboxes: {default: {apt_packages: [python3-]}}\n", []string{`sandbox "default": apt_packages[0]: "python3-" ends in "-", which apt-get reads as an action`}},
+		{"a Debian package name ending in - (apt's remove) is refused", "sandboxes: {default: {apt_packages: [python3-]}}\n", []string{`sandbox "default": apt_packages[0]: "python3-" ends in "-", which apt-get reads as "remove"`}},
 		{"an upper-case Debian package name names the sandbox and the entry", "sandboxes: {default: {apt_packages: [python3-numpy, Python3-Yaml]}}\n", []string{`sandbox "default": apt_packages[1]: "Python3-Yaml" is not a Debian package name`}},
 		{"a one-letter Debian package name is an error", "sandboxes: {default: {apt_packages: [x]}}\n", []string{`apt_packages[0]: "x" is not a Debian package name`}},
 		{"a Debian package name with a space is an error", "sandboxes: {default: {apt_packages: [\"python3-yaml curl\"]}}\n", []string{`"python3-yaml curl" is not a Debian package name`}},

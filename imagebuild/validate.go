@@ -143,10 +143,10 @@ func resolveAptPackages(in []string) ([]string, error) {
 		switch {
 		case !aptPackageRE.MatchString(name):
 			errs = append(errs, fmt.Errorf("apt_packages[%d]: %q is not a Debian package name (lower-case letters, digits, + - and ., at least two, starting with a letter or digit; optionally =version)", i, p))
-		case !pinned && strings.ContainsAny(name[len(name)-1:], "+-"):
-			// apt-get install reads a trailing - as "remove" and a trailing + as
-			// "install", a name apt would not install as written.
-			errs = append(errs, fmt.Errorf("apt_packages[%d]: %q ends in %q, which apt-get reads as an action, not as part of the name", i, p, name[len(name)-1:]))
+		case !pinned && strings.HasSuffix(name, "-"):
+			// apt-get install reads a trailing - as "remove this package" (a trailing
+			// + is "install", and names such as g++ end in it).
+			errs = append(errs, fmt.Errorf("apt_packages[%d]: %q ends in \"-\", which apt-get reads as \"remove\", not as part of the name", i, p))
 		case pinned && !aptVersionRE.MatchString(version):
 			errs = append(errs, fmt.Errorf("apt_packages[%d]: %q: %q is not a Debian version (a digit first, then letters, digits and . + ~ : -)", i, p, version))
 		case seen[name]:
