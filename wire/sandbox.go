@@ -67,6 +67,10 @@ type SandboxInfo struct {
 	// gVisor only, and this sandbox under another runtime). A tenant's catalog
 	// answer leaves it out.
 	FleetOnly bool `json:"fleet_only,omitempty"`
+	// Building says that the worker that wrote the entry is building the
+	// sandbox's image: a job of it waits in the stream until a worker serves it
+	// (seconds to minutes); its tools are listed then.
+	Building bool `json:"building,omitempty"`
 	// Error, when set, says why the worker that wrote the entry cannot serve the
 	// sandbox (its image could not be built, or its base image is missing), and
 	// that no worker serves it: a worker that serves it replaces the entry.

@@ -45,6 +45,7 @@ const (
 type catalog struct {
 	kv        jetstream.KeyValue // wire.SandboxesBucket, set by ensureStreams
 	pool      *sandboxpool.Pool
+	gates     *gates // which sandboxes serve (the others' images are being built)
 	sandboxes []Sandbox
 	workerID  string
 	timeout   time.Duration // of a job that sets none
@@ -105,7 +106,7 @@ func (c *catalog) keep(ctx context.Context) {
 
 func (c *catalog) stop() { c.done.Wait() }
 
-// fail records why this worker cannot serve the sandbox, and puts it (putFailed):
+// fail records why this worker cannot serve the sandbox, and puts it (putUnserved):
 // the first line of why only (a build's log stays in the worker's log), which
 // tenants read.
 func (c *catalog) fail(sandbox, why string) {
@@ -133,21 +134,27 @@ func (c *catalog) nudge() {
 }
 
 // putAll puts the entry of every sandbox that has a ready container, and of every
-// sandbox this worker cannot serve (putFailed).
+// sandbox this worker does not serve yet: building, or failed (putUnserved).
 func (c *catalog) putAll(ctx context.Context) error {
 	var errs []error
 	for _, sb := range c.sandboxes {
 		c.failMu.Lock()
 		why, failed := c.failed[sb.Name]
 		c.failMu.Unlock()
-		if failed {
-			if err := c.putFailed(ctx, sb, why); err != nil {
+		if failed || !c.gates.serving(sb.Name) {
+			if err := c.putUnserved(ctx, sb, why); err != nil {
 				errs = append(errs, fmt.Errorf("sandbox %q: %w", sb.Name, err))
 			}
 			continue
 		}
 		ready, ok := c.pool.Ready(sb.Name)
 		if !ok {
+			// Served, with no container yet (none warm): an entry of this worker
+			// that said it was building or failed goes; the next ready container
+			// puts the sandbox's.
+			if err := c.dropUnserved(ctx, sb.Name); err != nil {
+				errs = append(errs, fmt.Errorf("sandbox %q: %w", sb.Name, err))
+			}
 			continue
 		}
 		c.logToolErrors(sb.Name, ready.ToolErrors)
@@ -186,15 +193,16 @@ func (c *catalog) logToolErrors(sandbox string, errs []harness.ToolError) {
 	}
 }
 
-// putFailed puts the entry of a sandbox this worker cannot serve, saying why, unless
-// a worker that serves it put the entry lately (every worker puts its entries every
-// SandboxesTTL/4): that entry stays (the bucket has one entry a sandbox), and
-// replaces this one when it is put again. An entry of a worker that no longer puts
-// it (it stopped, or failed), this worker's own, or one that says a failure, is
-// replaced.
-func (c *catalog) putFailed(ctx context.Context, sb Sandbox, why string) error {
+// putUnserved puts the entry of a sandbox this worker does not serve: why it cannot
+// (a failure), or, why empty, that its image is being built. It leaves an entry a
+// worker that serves the sandbox put lately (every worker puts its entries every
+// SandboxesTTL/4), which replaces this one when it is put again (the bucket has one
+// entry a sandbox). An entry of a worker that no longer puts it (it stopped, or
+// failed), this worker's own, or one of a sandbox not served, is replaced.
+func (c *catalog) putUnserved(ctx context.Context, sb Sandbox, why string) error {
 	info := sb.Info
 	info.Sandbox, info.Error, info.WorkerID, info.Updated = sb.Name, why, c.workerID, time.Now().UTC()
+	info.Building = why == ""
 	info.FleetOnly = sb.TenantRefusal != ""
 	info.Tools = []wire.ToolSpec{}
 	if info.TimeoutSec == 0 {
@@ -217,11 +225,33 @@ func (c *catalog) putFailed(ctx context.Context, sb Sandbox, why string) error {
 		return err
 	}
 	var put wire.SandboxInfo
-	if json.Unmarshal(entry.Value(), &put) == nil && put.WorkerID != c.workerID && put.Error == "" &&
+	if json.Unmarshal(entry.Value(), &put) == nil && put.WorkerID != c.workerID && put.Error == "" && !put.Building &&
 		time.Since(entry.Created()) < SandboxesTTL/4+time.Minute {
 		return nil
 	}
 	if _, err = c.kv.Update(pctx, sb.Name, data, entry.Revision()); errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return nil // another worker put it meanwhile
+	}
+	return err
+}
+
+// dropUnserved deletes the sandbox's entry if this worker put it while it did not
+// serve the sandbox (putUnserved).
+func (c *catalog) dropUnserved(ctx context.Context, sandbox string) error {
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	entry, err := c.kv.Get(pctx, sandbox)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var put wire.SandboxInfo
+	if json.Unmarshal(entry.Value(), &put) != nil || put.WorkerID != c.workerID || (put.Error == "" && !put.Building) {
+		return nil
+	}
+	if err = c.kv.Delete(pctx, sandbox, jetstream.LastRevision(entry.Revision())); errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return nil // another worker put it meanwhile
 	}
 	return err

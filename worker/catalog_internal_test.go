@@ -1,11 +1,18 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/internal/testenv"
+	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
 )
 
@@ -44,5 +51,77 @@ func TestATenantsCatalogAnswerFitsAMessage(t *testing.T) {
 	}
 	if c.view["beta"].info.Tools[0].Doc == "" {
 		t.Error("making the answer cut the docstrings of the view")
+	}
+}
+
+// TestTheCatalogSaysASandboxIsBuildingOrFailedUntilItServes puts the entries of a
+// worker whose sandbox is pending, then fails, then serves with no container yet,
+// in a real bucket: the entry says building, then the failure's first line, then
+// goes (the next ready container puts the sandbox's); an entry that a serving
+// worker put lately is never replaced by one that says building.
+func TestTheCatalogSaysASandboxIsBuildingOrFailedUntilItServes(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: wire.SandboxesBucket, TTL: SandboxesTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := sandboxpool.New(sandboxpool.Config{WorkerID: "me", Docker: testenv.Docker(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pool.Close(context.Background()) })
+	sandboxes := []Sandbox{{Name: "later", Slots: 1, Pending: true}, {Name: "taken", Slots: 1, Pending: true}}
+	g := newGates(sandboxes)
+	c := &catalog{kv: kv, pool: pool, gates: g, sandboxes: sandboxes, workerID: "me", timeout: 30 * time.Second,
+		log: slog.New(slog.DiscardHandler), failed: map[string]string{}, toolErrors: map[string]string{}, kick: make(chan struct{}, 1)}
+	served, _ := json.Marshal(wire.SandboxInfo{Sandbox: "taken", WorkerID: "other", Tools: []wire.ToolSpec{{Name: "f"}}})
+	if _, err := kv.Put(t.Context(), "taken", served); err != nil {
+		t.Fatal(err)
+	}
+	get := func(name string) (wire.SandboxInfo, bool) {
+		entry, err := kv.Get(t.Context(), name)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return wire.SandboxInfo{}, false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info wire.SandboxInfo
+		if err := json.Unmarshal(entry.Value(), &info); err != nil {
+			t.Fatal(err)
+		}
+		return info, true
+	}
+	putAll := func() {
+		if err := c.putAll(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	putAll()
+	if info, ok := get("later"); !ok || !info.Building || info.Error != "" || info.WorkerID != "me" {
+		t.Errorf("a pending sandbox's entry = %+v (%v), want it building, by this worker", info, ok)
+	}
+	if info, _ := get("taken"); info.WorkerID != "other" || info.Building {
+		t.Errorf("the entry a serving worker put lately was replaced: %+v", info)
+	}
+
+	c.fail("later", "base image \"x\" not found\nlast 3 lines of the build log: ...")
+	putAll()
+	if info, _ := get("later"); info.Building || info.Error != `base image "x" not found` {
+		t.Errorf("a failed sandbox's entry = %+v, want the failure's first line, not building", info)
+	}
+
+	if err := g.serve("later"); err != nil {
+		t.Fatal(err)
+	}
+	c.recover("later")
+	putAll()
+	if info, ok := get("later"); ok {
+		t.Errorf("a served sandbox with no container yet kept the entry that said it failed: %+v", info)
 	}
 }

@@ -38,6 +38,19 @@ func (g *gates) wait(ctx context.Context, sandbox string) bool {
 	}
 }
 
+// serving reports whether the sandbox's gate is open.
+func (g *gates) serving(sandbox string) bool {
+	g.mu.Lock()
+	ch := g.open[sandbox]
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // serve opens the sandbox's gate; it is an error for a sandbox the worker does not
 // know.
 func (g *gates) serve(sandbox string) error {
@@ -70,7 +83,7 @@ func (w *Worker) Serve(sandbox string) error {
 // Unavailable reports a pending sandbox that this worker cannot serve (yet): its
 // image could not be built, or the pool could not take it. Its jobs and sessions
 // stay in their streams for a worker that serves it, and the catalog says why (the
-// first line of reason), unless another worker serves it (see catalog.putFailed),
+// first line of reason), unless another worker serves it (see catalog.putUnserved),
 // until Serve names it.
 func (w *Worker) Unavailable(sandbox string, reason error) {
 	w.catalog.fail(sandbox, reason.Error())

@@ -78,7 +78,7 @@ func New(cfg Config) (*Worker, error) {
 	w.replays = newReplayer(cfg.NATS, w.events, w.bg, cfg.Logger)
 	w.triage = newTriage(js, cfg.Sandboxes, w.events, w.bg, cfg.Logger)
 	w.live = &liveness{id: cfg.WorkerID, ttl: cfg.LivenessTTL, log: cfg.Logger}
-	w.catalog = &catalog{pool: cfg.Pool, sandboxes: cfg.Sandboxes, workerID: cfg.WorkerID, timeout: cfg.DefaultTimeout, log: cfg.Logger,
+	w.catalog = &catalog{pool: cfg.Pool, gates: w.gates, sandboxes: cfg.Sandboxes, workerID: cfg.WorkerID, timeout: cfg.DefaultTimeout, log: cfg.Logger,
 		bg: w.bg, rates: newTenantRates(catalogRate, catalogBurst), failed: map[string]string{}, toolErrors: map[string]string{}, kick: make(chan struct{}, 1)}
 	w.pulling, w.stopPulling = context.WithCancel(context.Background())
 	return w, nil

@@ -15,8 +15,10 @@ func TestListSandboxesSaysWhichOneNoWorkerServes(t *testing.T) {
 	text := describeSandboxes([]client.SandboxInfo{
 		{Sandbox: "default", Python: "3.11.2", Tools: []wire.ToolSpec{{Name: "word_count", Signature: "(text: str) -> int"}}},
 		{Sandbox: "ghost", Description: "numpy", Error: `base image "x" not found`, Tools: []wire.ToolSpec{}},
+		{Sandbox: "later", Building: true, Tools: []wire.ToolSpec{}},
 	})
-	for _, want := range []string{"sandbox default\n", "def word_count(text: str) -> int", "sandbox ghost: numpy\n  unavailable: base image \"x\" not found\n"} {
+	for _, want := range []string{"sandbox default\n", "def word_count(text: str) -> int", "sandbox ghost: numpy\n  unavailable: base image \"x\" not found\n",
+		"sandbox later\n  its image is being built: a run waits until a worker serves it"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("list_sandboxes says:\n%s\nwithout %q", text, want)
 		}

@@ -109,6 +109,10 @@ func describeSandboxes(list []client.SandboxInfo) string {
 		if sb.Description != "" {
 			fmt.Fprintf(&b, ": %s", sb.Description)
 		}
+		if sb.Building {
+			fmt.Fprintf(&b, "\n  its image is being built: a run waits until a worker serves it (seconds to minutes)\n")
+			continue
+		}
 		if sb.Error != "" {
 			// No worker serves it: a job of it waits until one does.
 			fmt.Fprintf(&b, "\n  unavailable: %s\n", sb.Error)
