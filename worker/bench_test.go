@@ -104,17 +104,39 @@ func BenchmarkThroughput(b *testing.B) {
 }
 
 func throughput(b *testing.B, agents, maxUses int) {
-	_, nc := testenv.NATS(b)
-	startWorkerWith(b, nc, 4, 0, maxUses, nil)
+	srv, nc := testenv.NATS(b)
+	w := startWorkerWith(b, nc, 4, 0, maxUses, nil)
 	c := newClient(b, nc)
 	ctx := context.Background()
 	run(b, ctx, c, 4)
+	// CPU by process around the load: this process (the agents, the embedded NATS
+	// server and the worker: the Go side), the Docker engine's, the containers'.
+	self0, engine0, ctrs0 := testenv.SelfCPU(), testenv.ProcessCPU(engineProcesses...), workerCPU(b, w.ID())
 	lat, errs, elapsed := agentLoad(b, ctx, c, agents)
+	self, engine, ctrs := testenv.SelfCPU()-self0, testenv.ProcessCPU(engineProcesses...)-engine0, workerCPU(b, w.ID())-ctrs0
 	rate := float64(len(lat)) / elapsed.Seconds()
+	perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+	// What the same messages cost with nats.go alone (floor (b): the server and both
+	// clients, in this process), per round trip, for the Go side's ratio.
+	floor := testenv.NewNATSFloor(b, srv.ClientURL())
+	floorCPU0 := testenv.SelfCPU()
+	for range 1000 {
+		floor.RoundTrip(b)
+	}
+	natsFloor := float64((testenv.SelfCPU() - floorCPU0).Microseconds()) / 1000 / 1000
 	b.ReportMetric(rate, "jobs/s")
 	b.ReportMetric(float64(errs), "errors")
-	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"jobs_per_s": rate, "agents": float64(agents), "errors": float64(errs), "max_uses": float64(maxUses)})
+	b.ReportMetric(perJob(self), "go-side-cpu-ms/job")
+	b.ReportMetric(perJob(engine), "docker-engine-cpu-ms/job")
+	b.ReportMetric(perJob(ctrs), "container-cpu-ms/job")
+	b.ReportMetric(natsFloor, "nats-floor-cpu-ms/op")
+	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"jobs_per_s": rate, "agents": float64(agents), "errors": float64(errs), "max_uses": float64(maxUses),
+		"go_side_cpu_ms_per_job": perJob(self), "docker_engine_cpu_ms_per_job": perJob(engine), "container_cpu_ms_per_job": perJob(ctrs), "nats_floor_cpu_ms": natsFloor})
 }
+
+// engineProcesses are the Docker engine's processes, by command name: the daemon,
+// containerd, the shims and the overlay filesystem (on this host, fuse-overlayfs).
+var engineProcesses = []string{"dockerd", "containerd", "fuse-overlayfs"}
 
 // agentLoad runs b.N trivial jobs through c from agents goroutines at once, with the
 // benchmark's timer running; it returns the latencies of the jobs that succeeded, how
