@@ -151,3 +151,104 @@ func (f *PipeFloor) RoundTrip(tb testing.TB) time.Duration {
 	}
 	return time.Since(t0)
 }
+
+// JobPatternFloor is a job's whole NATS pattern with nats.go alone and no container,
+// as the worker and an agent make it: the agent subscribes to the execution's events
+// and publishes the job into a work-queue stream (file storage, acked); the worker's
+// pull fetches it, looks up its cancel in a key-value bucket (none), publishes three
+// events into an events stream (started, final_result, script_done; each acked), and
+// acks the job; the agent's subscription gets the script_done. It measures what the
+// Go side of a job costs at the least, with the same messages.
+type JobPatternFloor struct {
+	js   jetstream.JetStream
+	nc   *nats.Conn
+	done chan struct{}
+	n    int
+}
+
+// NewJobPatternFloor makes the floor's streams, bucket and consumer on the server at
+// url and starts the worker's pull loop; all of it goes at cleanup.
+func NewJobPatternFloor(tb testing.TB, url string) *JobPatternFloor {
+	tb.Helper()
+	ctx := context.Background()
+	conn := func(name string) (*nats.Conn, jetstream.JetStream) {
+		nc, err := nats.Connect(url, nats.Name(name))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return nc, js
+	}
+	agentNC, agentJS := conn("pattern agent")
+	_, wjs := conn("pattern worker")
+	jobs, err := wjs.CreateStream(ctx, jetstream.StreamConfig{Name: "PATTERN_JOBS", Subjects: []string{"pattern.jobs"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := wjs.CreateStream(ctx, jetstream.StreamConfig{Name: "PATTERN_EVENTS", Subjects: []string{"pattern.events.>"}, Storage: jetstream.FileStorage}); err != nil {
+		tb.Fatal(err)
+	}
+	cancels, err := wjs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "pattern_cancels"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		for _, s := range []string{"PATTERN_JOBS", "PATTERN_EVENTS", "KV_pattern_cancels"} {
+			_ = wjs.DeleteStream(context.Background(), s)
+		}
+	})
+	cons, err := jobs.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "pattern", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for pctx.Err() == nil {
+			batch, err := cons.Fetch(1, jetstream.FetchContext(pctx))
+			if err != nil {
+				continue
+			}
+			for msg := range batch.Messages() {
+				id := msg.Headers().Get("Nats-Msg-Id")
+				_, _ = cancels.Get(pctx, id) // none: the job runs
+				for _, typ := range []string{"started", "final_result", "script_done"} {
+					_, _ = wjs.Publish(pctx, "pattern.events."+id+"."+typ, []byte(`{"execution_id":"`+id+`","type":"`+typ+`","seq":1}`))
+				}
+				_ = msg.Ack()
+			}
+		}
+	}()
+	tb.Cleanup(func() { stop(); <-stopped })
+	return &JobPatternFloor{js: agentJS, nc: agentNC, done: make(chan struct{}, 1)}
+}
+
+// RoundTrip runs one job's pattern and returns how long the agent waited for its
+// script_done.
+func (f *JobPatternFloor) RoundTrip(tb testing.TB) time.Duration {
+	f.n++
+	id := fmt.Sprintf("p%d", f.n)
+	sub, err := f.nc.Subscribe("pattern.events."+id+".script_done", func(*nats.Msg) { f.done <- struct{}{} })
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	t0 := time.Now()
+	msg := &nats.Msg{Subject: "pattern.jobs", Data: []byte(`{"execution_id":"` + id + `","sandbox":"default","script":"emit_result(1)"}`),
+		Header: nats.Header{"Nats-Msg-Id": {id}}}
+	if _, err := f.js.PublishMsg(context.Background(), msg); err != nil {
+		tb.Fatal(err)
+	}
+	select {
+	case <-f.done:
+	case <-time.After(10 * time.Second):
+		tb.Fatal("job pattern floor: no script_done in 10 s")
+	}
+	return time.Since(t0)
+}
