@@ -5,11 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"math"
 	"reflect"
 	"testing"
 
+	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/wire"
 )
 
@@ -142,31 +141,6 @@ func FuzzDecodeEvent(f *testing.F) {
 // compare: nil in JSON (which writes them null), their names in msgpack.
 func comparableFloats(e *wire.Event, ct string) *wire.Event {
 	c := *e
-	c.Data, c.FinalData = floatsOf(e.Data, ct), floatsOf(e.FinalData, ct)
+	c.Data, c.FinalData = testenv.Comparable(e.Data, ct), testenv.Comparable(e.FinalData, ct)
 	return &c
-}
-
-func floatsOf(v any, ct string) any {
-	switch x := v.(type) {
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			if ct == wire.ContentTypeJSON {
-				return nil
-			}
-			return fmt.Sprint(x)
-		}
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = floatsOf(e, ct)
-		}
-		return out
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[k] = floatsOf(e, ct)
-		}
-		return out
-	}
-	return v
 }

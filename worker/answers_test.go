@@ -141,32 +141,7 @@ func TestEveryValueEndsInOneScriptDoneAndTheContainerServesOn(t *testing.T) {
 // sameData compares decoded event data with want, whose NaN and infinities are what
 // msgpack carries and JSON writes null (left out at the top).
 func sameData(got, want any, ct string) bool {
-	return reflect.DeepEqual(comparable(got, ct), comparable(want, ct))
-}
-
-func comparable(v any, ct string) any {
-	switch x := v.(type) {
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			if ct == wire.ContentTypeJSON {
-				return nil
-			}
-			return fmt.Sprint(x)
-		}
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = comparable(e, ct)
-		}
-		return out
-	case map[string]any:
-		out := map[string]any{}
-		for k, e := range x {
-			out[k] = comparable(e, ct)
-		}
-		return out
-	}
-	return v
+	return reflect.DeepEqual(testenv.Comparable(got, ct), testenv.Comparable(want, ct))
 }
 
 // formOf is the text form mime of a display or execute_result event.

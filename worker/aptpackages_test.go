@@ -1,11 +1,9 @@
 package worker_test
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/jazzmine/worker/client"
 	"github.com/jazzmine/worker/imagebuild"
@@ -47,14 +45,8 @@ emit_result({"doc": yaml.safe_load("a: [1, 2]"), "tools": [n for n in ("apt", "a
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []client.SandboxInfo
-	testenv.WaitFor(t, time.Minute, "the sandbox in the catalog", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		got, err = c.Sandboxes(ctx)
-		return err == nil && len(got) == 1
-	})
-	if sb := got[0]; sb.Sandbox != "debian-packages" || !slices.Equal(sb.AptPackages, []string{"python3-yaml"}) || len(sb.Packages) != 0 {
+	cat := catalogWhen(t, c, "the sandbox in the catalog", func(cat map[string]client.SandboxInfo) bool { return len(cat) == 1 })
+	if sb := cat["debian-packages"]; sb.Sandbox != "debian-packages" || !slices.Equal(sb.AptPackages, []string{"python3-yaml"}) || len(sb.Packages) != 0 {
 		t.Errorf("catalog entry %s: apt_packages %q, packages %q; want [python3-yaml] and none", sb.Sandbox, sb.AptPackages, sb.Packages)
 	}
 }

@@ -25,14 +25,7 @@ func TestTheWorkerPutsItsSandboxesInTheCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []client.SandboxInfo
-	testenv.WaitFor(t, time.Minute, "the sandbox in the catalog", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		got, err = c.Sandboxes(ctx)
-		return err == nil && len(got) == 1
-	})
-	sb := got[0]
+	sb := catalogWhen(t, c, "the sandbox in the catalog", func(cat map[string]client.SandboxInfo) bool { return len(cat) == 1 })["default"]
 	if sb.Sandbox != "default" || sb.WorkerID != w.ID() || sb.Python == "" || sb.Updated.IsZero() {
 		t.Errorf("entry = %+v", sb)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jazzmine/worker/client"
+	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/internal/testworker"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
@@ -249,4 +251,24 @@ func burst(t *testing.T, nc *nats.Conn, subject string, body []byte, n int, duri
 		}
 	}
 	return busy, data
+}
+
+// catalogWhen waits until the catalog, by sandbox name, meets cond, and returns it.
+func catalogWhen(t testing.TB, c *client.Client, what string, cond func(map[string]client.SandboxInfo) bool) map[string]client.SandboxInfo {
+	t.Helper()
+	var cat map[string]client.SandboxInfo
+	testenv.WaitFor(t, time.Minute, what, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		list, err := c.Sandboxes(ctx)
+		if err != nil {
+			return false
+		}
+		cat = map[string]client.SandboxInfo{}
+		for _, sb := range list {
+			cat[sb.Sandbox] = sb
+		}
+		return cond(cat)
+	})
+	return cat
 }

@@ -93,17 +93,9 @@ sandboxes:
 		}
 	}
 
-	var catalog map[string]client.SandboxInfo
-	testenv.WaitFor(t, time.Minute, "the catalog to list both sandboxes", func() bool {
-		list, err := c.Sandboxes(ctx)
-		if err != nil {
-			return false
-		}
-		catalog = map[string]client.SandboxInfo{}
-		for _, sb := range list {
-			catalog[sb.Sandbox] = sb
-		}
-		return len(catalog) == 2
+	// Both listed, ghost past the entry that said it was building.
+	catalog := catalogWhen(t, c, "the catalog to list both sandboxes, ghost failed", func(cat map[string]client.SandboxInfo) bool {
+		return len(cat) == 2 && !cat["ghost"].Building
 	})
 	if ghost := catalog["ghost"]; !strings.Contains(ghost.Error, ghostBase) || len(ghost.Tools) != 0 {
 		t.Errorf("the catalog's ghost = %+v, want its error and no tools", ghost)
@@ -127,14 +119,8 @@ sandboxes:
 	if err != nil || !res.Success {
 		t.Fatalf("a job of the sandbox served once its base image came: %+v, %v", res, err)
 	}
-	testenv.WaitFor(t, time.Minute, "the catalog's ghost entry to lose its error", func() bool {
-		list, err := c.Sandboxes(ctx)
-		for _, sb := range list {
-			if sb.Sandbox == "ghost" {
-				return err == nil && sb.Error == "" && sb.Python != "" // put from a ready container
-			}
-		}
-		return false
+	catalogWhen(t, c, "the catalog's ghost entry to lose its error", func(cat map[string]client.SandboxInfo) bool {
+		return cat["ghost"].Error == "" && cat["ghost"].Python != "" // put from a ready container
 	})
 	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || strings.Contains(body, "ghost") {
 		t.Errorf("/readyz = %d %q, want 503 for the broken tool only", code, body)
