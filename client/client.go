@@ -211,7 +211,9 @@ func NewExecutionID() string { return rand.Text() }
 // not be reused after that: the events of the earlier execution, kept for an
 // hour, would be read as this one's.
 //
-// The error wraps [ErrNoStream] when no worker has created the streams,
+// The error wraps [ErrUnknownSandbox] (and [ErrNoStream]) when no worker of
+// the fleet serves the sandbox (the server refuses the job at once, nothing is
+// queued), [ErrNoStream] when no worker has created the streams,
 // [ErrBacklogFull] when the jobs stream is full, and otherwise the error of
 // nats.go. On error nothing is left subscribed. An error after the job was
 // sent (ctx ended while Submit waited for the server's ack) leaves the job's
@@ -257,7 +259,7 @@ func (c *Client) Submit(ctx context.Context, job wire.Job) (*Execution, error) {
 		e.Close()
 		switch {
 		case isNoStream(err):
-			return nil, errorf(ErrNoStream, "submit execution %q: no JetStream stream captures %s: is a jazzmine worker running against this NATS server? (%w)", id, subject, err)
+			return nil, unknownSandbox(id, job.Sandbox, subject, err)
 		case isBacklogFull(err):
 			return nil, errorf(ErrBacklogFull, "submit execution %q: the job backlog of sandbox %q is full, try again later (%w)", id, job.Sandbox, err)
 		}

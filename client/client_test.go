@@ -251,8 +251,11 @@ func TestSubmitWithoutStreams(t *testing.T) {
 			}
 			t.Logf("Submit: %v", err)
 			msg := err.Error()
-			if !strings.Contains(msg, "jazzmine.exec.default") || !strings.Contains(msg, "is a jazzmine worker running") {
-				t.Errorf("error %q should name jazzmine.exec.default and ask whether a worker is running", msg)
+			if !strings.Contains(msg, "jazzmine.exec.default") || !strings.Contains(msg, "is a jazzmine worker serving it") {
+				t.Errorf("error %q should name jazzmine.exec.default and ask whether a worker serves it", msg)
+			}
+			if !errors.Is(err, client.ErrUnknownSandbox) {
+				t.Errorf("Submit: %v, want an error wrapping ErrUnknownSandbox too: the server cannot tell a missing stream from a sandbox nobody serves", err)
 			}
 			if n := nc.NumSubscriptions(); n != subs {
 				t.Errorf("%d subscriptions after a failed submit, want the %d before it", n, subs)

@@ -19,6 +19,15 @@ var (
 	// NATS server.
 	ErrNoStream = errors.New("client: no JetStream stream")
 
+	// ErrUnknownSandbox means that the jobs stream (or the sessions stream, for
+	// a session's call) does not take the job's subject: no worker of the fleet
+	// serves its sandbox, or served it lately (the streams' subjects are the
+	// sandboxes the fleet serves). The server refuses the publish, so nothing
+	// was queued. An error that matches it also matches [ErrNoStream]: with no
+	// streams at all (no worker ever ran against this server) the server
+	// answers alike.
+	ErrUnknownSandbox = errors.New("client: unknown sandbox")
+
 	// ErrBacklogFull means that the jobs stream refused the job because its
 	// backlog is full (its MaxMsgs or MaxBytes is reached and it discards
 	// new messages), or the server is out of storage. It is backpressure:
@@ -34,17 +43,26 @@ var (
 // sentinel, so that a message reads as one sentence rather than repeating
 // the sentinel's text. Its message is err's; err wraps the cause.
 type clientError struct {
-	sentinel error
-	err      error
+	sentinels []error
+	err       error
 }
 
-func (e *clientError) Error() string   { return e.err.Error() }
-func (e *clientError) Unwrap() []error { return []error{e.sentinel, e.err} }
+func (e *clientError) Error() string { return e.err.Error() }
+func (e *clientError) Unwrap() []error {
+	return append(e.sentinels[:len(e.sentinels):len(e.sentinels)], e.err)
+}
 
 // errorf formats an error like [fmt.Errorf] (so %w works) that also matches
 // sentinel.
 func errorf(sentinel error, format string, args ...any) error {
-	return &clientError{sentinel: sentinel, err: fmt.Errorf(format, args...)}
+	return &clientError{sentinels: []error{sentinel}, err: fmt.Errorf(format, args...)}
+}
+
+// unknownSandbox is the error of a job or call whose subject no stream takes.
+func unknownSandbox(id, sandbox, subject string, err error) error {
+	return &clientError{sentinels: []error{ErrUnknownSandbox, ErrNoStream}, err: fmt.Errorf(
+		"submit execution %q: unknown sandbox %q: no worker of the fleet serves it (no stream takes %s; is a jazzmine worker serving it against this NATS server?) (%w)",
+		id, sandbox, subject, err)}
 }
 
 // JetStream API error codes the package classifies. nats.go names the first

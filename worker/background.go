@@ -39,20 +39,27 @@ type background struct {
 	full    map[string]bool                    // a tenant whose excess was logged
 	dropped map[*nats.Subscription]int         // messages the client dropped, as last logged
 
-	wake chan struct{} // a token when a task is queued
-	stop chan struct{} // closed by close
-	wg   sync.WaitGroup
+	wake    chan struct{} // a token when a task is queued
+	closing chan struct{} // closed by close
+	wg      sync.WaitGroup
 }
 
 func newBackground(log *slog.Logger) *background {
 	return &background{
 		log: log, queues: map[string][]func(context.Context){}, full: map[string]bool{},
-		dropped: map[*nats.Subscription]int{}, wake: make(chan struct{}, backgroundLimit), stop: make(chan struct{}),
+		dropped: map[*nats.Subscription]int{}, wake: make(chan struct{}, backgroundLimit), closing: make(chan struct{}),
 	}
 }
 
-// start starts the slots; close stops them. Tasks queued before wait for it.
-func (b *background) start() {
+// start starts the slots; stop (close) stops them. Tasks queued before wait for it.
+func (b *background) start(_, _ context.Context) error {
+	b.begin()
+	return nil
+}
+
+func (b *background) stop(context.Context) { b.close() }
+
+func (b *background) begin() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -112,7 +119,7 @@ func (b *background) serve() {
 			select {
 			case <-b.wake:
 				continue
-			case <-b.stop:
+			case <-b.closing:
 				return
 			}
 		}
@@ -166,7 +173,7 @@ func (b *background) close() {
 	if !b.closed {
 		b.closed = true
 		b.queues, b.turn = nil, nil
-		close(b.stop)
+		close(b.closing)
 	}
 	b.mu.Unlock()
 	b.wg.Wait()

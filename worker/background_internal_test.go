@@ -14,7 +14,7 @@ import (
 
 func newTestBackground(t *testing.T) *background {
 	b := newBackground(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	b.start()
+	b.begin()
 	t.Cleanup(b.close)
 	return b
 }

@@ -57,7 +57,7 @@ const (
 type canceller struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
-	kv       jetstream.KeyValue // BucketCancels, set by ensureStreams
+	kv       jetstream.KeyValue // BucketCancels
 	workerID string
 	log      *slog.Logger
 	events   *events     // the end of a queued job it cancels

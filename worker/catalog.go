@@ -19,11 +19,6 @@ import (
 	"github.com/jazzmine/worker/wire"
 )
 
-// SandboxesTTL is how long an entry of the sandbox catalog (wire.SandboxesBucket)
-// lives after it was last put. Every worker puts its sandboxes' entries every quarter
-// of it, so that a sandbox no worker serves any more leaves the catalog within it.
-const SandboxesTTL = time.Hour
-
 // Bounds of a catalog entry, which must fit in one NATS message with room to spare.
 const (
 	// maxToolDoc, maxSignature and maxToolError are the most bytes of a tool's
@@ -43,9 +38,9 @@ const (
 // once its first container is ready (what the harness loaded is what agents may
 // call), again when that changes, and every SandboxesTTL/4.
 type catalog struct {
-	kv        jetstream.KeyValue // wire.SandboxesBucket, set by ensureStreams
+	kv        jetstream.KeyValue // wire.SandboxesBucket
 	pool      *sandboxpool.Pool
-	gates     *gates // which sandboxes serve (the others' images are being built)
+	gates     *gates // which sandboxes serve (the others' images are being built, or failed)
 	sandboxes []Sandbox
 	workerID  string
 	timeout   time.Duration // of a job that sets none
@@ -54,9 +49,6 @@ type catalog struct {
 	bg        *background  // where tenants' catalog requests are served
 	rates     *tenantRates // each tenant's catalog requests
 
-	failMu sync.Mutex        // guards failed
-	failed map[string]string // why, by sandbox, for the sandboxes this worker cannot serve (fail)
-	kick   chan struct{}     // buffered: a failure to put at once
 	// toolErrors are the tool errors last logged, by sandbox (logToolErrors); only
 	// the loop of keep reads and writes it.
 	toolErrors map[string]string
@@ -73,8 +65,13 @@ type catalogEntry struct {
 	put  time.Time
 }
 
-// keep puts the entries, and watches the bucket for tenants' requests (watch), until
-// ctx ends; stop waits for it.
+// start puts the entries, and watches the bucket for tenants' requests (watch), until
+// run ends; stop waits for it.
+func (c *catalog) start(_, run context.Context) error {
+	c.keep(run)
+	return nil
+}
+
 func (c *catalog) keep(ctx context.Context) {
 	c.done.Add(2)
 	go func() {
@@ -96,7 +93,7 @@ func (c *catalog) keep(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-changed:
-			case <-c.kick:
+			case <-c.gates.changed:
 			case <-refresh.C:
 			case <-retry:
 			}
@@ -104,43 +101,14 @@ func (c *catalog) keep(ctx context.Context) {
 	}()
 }
 
-func (c *catalog) stop() { c.done.Wait() }
-
-// fail records why this worker cannot serve the sandbox, and puts it (putUnserved):
-// the first line of why only (a build's log stays in the worker's log), which
-// tenants read.
-func (c *catalog) fail(sandbox, why string) {
-	why, _, _ = strings.Cut(why, "\n")
-	c.failMu.Lock()
-	c.failed[sandbox] = cut(why, maxToolError)
-	c.failMu.Unlock()
-	c.nudge()
-}
-
-// recover forgets that the sandbox failed: it serves now.
-func (c *catalog) recover(sandbox string) {
-	c.failMu.Lock()
-	delete(c.failed, sandbox)
-	c.failMu.Unlock()
-	c.nudge()
-}
-
-// nudge has the loop of keep put the entries at once.
-func (c *catalog) nudge() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
-}
+func (c *catalog) stop(context.Context) { c.done.Wait() }
 
 // putAll puts the entry of every sandbox that has a ready container, and of every
 // sandbox this worker does not serve yet: building, or failed (putUnserved).
 func (c *catalog) putAll(ctx context.Context) error {
 	var errs []error
 	for _, sb := range c.sandboxes {
-		c.failMu.Lock()
-		why, failed := c.failed[sb.Name]
-		c.failMu.Unlock()
+		why, failed := c.gates.failure(sb.Name)
 		if failed || !c.gates.serving(sb.Name) {
 			if err := c.putUnserved(ctx, sb, why); err != nil {
 				errs = append(errs, fmt.Errorf("sandbox %q: %w", sb.Name, err))
@@ -201,7 +169,7 @@ func (c *catalog) logToolErrors(sandbox string, errs []harness.ToolError) {
 // failed), this worker's own, or one of a sandbox not served, is replaced.
 func (c *catalog) putUnserved(ctx context.Context, sb Sandbox, why string) error {
 	info := sb.Info
-	info.Sandbox, info.Error, info.WorkerID, info.Updated = sb.Name, why, c.workerID, time.Now().UTC()
+	info.Sandbox, info.Error, info.WorkerID, info.Updated = sb.Name, cut(why, maxToolError), c.workerID, time.Now().UTC()
 	info.Building = why == ""
 	info.FleetOnly = sb.TenantRefusal != ""
 	info.Tools = []wire.ToolSpec{}

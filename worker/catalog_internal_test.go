@@ -77,7 +77,7 @@ func TestTheCatalogSaysASandboxIsBuildingOrFailedUntilItServes(t *testing.T) {
 	sandboxes := []Sandbox{{Name: "later", Slots: 1, Pending: true}, {Name: "taken", Slots: 1, Pending: true}}
 	g := newGates(sandboxes)
 	c := &catalog{kv: kv, pool: pool, gates: g, sandboxes: sandboxes, workerID: "me", timeout: 30 * time.Second,
-		log: slog.New(slog.DiscardHandler), failed: map[string]string{}, toolErrors: map[string]string{}, kick: make(chan struct{}, 1)}
+		log: slog.New(slog.DiscardHandler), toolErrors: map[string]string{}}
 	served, _ := json.Marshal(wire.SandboxInfo{Sandbox: "taken", WorkerID: "other", Tools: []wire.ToolSpec{{Name: "f"}}})
 	if _, err := kv.Put(t.Context(), "taken", served); err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestTheCatalogSaysASandboxIsBuildingOrFailedUntilItServes(t *testing.T) {
 		t.Errorf("the entry a serving worker put lately was replaced: %+v", info)
 	}
 
-	c.fail("later", "base image \"x\" not found\nlast 3 lines of the build log: ...")
+	g.fail("later", "base image \"x\" not found\nlast 3 lines of the build log: ...")
 	putAll()
 	if info, _ := get("later"); info.Building || info.Error != `base image "x" not found` {
 		t.Errorf("a failed sandbox's entry = %+v, want the failure's first line, not building", info)
@@ -119,7 +119,7 @@ func TestTheCatalogSaysASandboxIsBuildingOrFailedUntilItServes(t *testing.T) {
 	if err := g.serve("later"); err != nil {
 		t.Fatal(err)
 	}
-	c.recover("later")
+	g.recover("later")
 	putAll()
 	if info, ok := get("later"); ok {
 		t.Errorf("a served sandbox with no container yet kept the entry that said it failed: %+v", info)

@@ -39,6 +39,7 @@ const (
 	DefaultSessionIdleTTL    = 10 * time.Minute // a session idle this long ends
 	DefaultSessionMaxLife    = time.Hour        // a session this old ends
 	DefaultLivenessTTL       = 15 * time.Second
+	DefaultUnservedGrace     = 10 * time.Minute
 	DefaultExecutionTimeout  = harness.DefaultTimeout        // the harness's, one definition
 	DefaultMaxOutputBytes    = harness.DefaultMaxOutputBytes // the harness's, one definition
 	DefaultEventPublishLimit = 10 * time.Second
@@ -59,6 +60,11 @@ const (
 	// for a tenant's): the worker that holds each, and whether it ended and why.
 	BucketSessions = "jazzmine_sessions"
 )
+
+// SandboxesTTL is how long an entry of the sandbox catalog (wire.SandboxesBucket)
+// lives after it was last put. Every worker puts its sandboxes' entries every quarter
+// of it, so that a sandbox no worker serves any more leaves the catalog within it.
+const SandboxesTTL = time.Hour
 
 // FleetMemory is how long BucketFleet remembers a worker after its last refresh. A
 // worker refreshes its entry every FleetMemory/4 while it runs, so a dead worker stays
@@ -98,7 +104,7 @@ type Sandbox struct {
 	// Pending holds back the sandbox's jobs and session calls until Worker.Serve
 	// names it: the pool has no container of it yet, its image being built. Its
 	// consumers exist meanwhile and its jobs wait in the stream, for this worker or
-	// another that serves it; triage takes it for a sandbox this worker serves.
+	// another that serves it; the streams take them (see served.go).
 	Pending bool
 	// Info is what the fleet's sandbox catalog (wire.SandboxesBucket) says of the
 	// sandbox besides what its containers loaded: its description, limits, packages
@@ -175,6 +181,11 @@ type Config struct {
 	// LivenessTTL is how long a worker counts as alive after its last heartbeat in
 	// BucketWorkers; zero means DefaultLivenessTTL.
 	LivenessTTL time.Duration
+	// UnservedGrace is how long the jobs and sessions streams keep taking the jobs
+	// and calls of a sandbox that no live worker serves any more (they queue for the
+	// next worker that does): past it, a publish for the sandbox is refused (see
+	// served.go). Zero means DefaultUnservedGrace.
+	UnservedGrace time.Duration
 	// Logger receives the worker's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// TracerProvider, MeterProvider and Propagator are OpenTelemetry's; nil means
@@ -200,6 +211,7 @@ func (c *Config) setDefaults() {
 	def(&c.DuplicateWindow, DefaultDuplicateWindow)
 	def(&c.DefaultTimeout, DefaultExecutionTimeout)
 	def(&c.LivenessTTL, DefaultLivenessTTL)
+	def(&c.UnservedGrace, DefaultUnservedGrace)
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
@@ -320,3 +332,6 @@ func (c *Config) sandbox(name string) Sandbox {
 	}
 	return Sandbox{}
 }
+
+// tenantShare is the most of n sessions one tenant may hold: half, at least one.
+func tenantShare(n int) int { return max(1, n/2) }

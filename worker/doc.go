@@ -24,7 +24,8 @@
 //   - tenants (tenant.go): their subjects, keys, shares of the backlog and of the
 //     background work (background.go);
 //   - the sandbox catalog (catalog.go): what each sandbox offers, for agents;
-//   - triage (triage.go): jobs and calls no worker can take;
+//   - the served subjects (served.go): the streams take the jobs and calls of the
+//     sandboxes the fleet serves, and the server refuses the others at publish;
 //   - liveness (liveness.go): the fleet's view of its workers, for the pool's reaper;
 //   - telemetry (telemetry.go): spans and instruments.
 //

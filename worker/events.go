@@ -25,7 +25,7 @@ import (
 type events struct {
 	js       jetstream.JetStream
 	nc       *nats.Conn       // whose server's max payload bounds an event
-	stream   jetstream.Stream // StreamEvents, set by ensureStreams
+	stream   jetstream.Stream // StreamEvents
 	workerID string
 }
 

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -55,17 +54,15 @@ func (pr *processor) stop() {
 // the events stream, then the job acked, nakked or terminated.
 func (pr *processor) handle(sandbox string, msg jetstream.Msg) { pr.handleIn(sandbox, msg, nil) }
 
-// handleSession is handle for a call of session h, run in its container (it sets
-// h.ended when the session must end after it); it reports whether the call is done
-// with (acked or terminated, not back to the queue).
-func (pr *processor) handleSession(h *session, msg jetstream.Msg) bool {
-	act := pr.handleIn(h.sandbox, msg, h)
-	return act == actAck || act == actTerm
-}
+// runStep runs a job that is decoded, registered, not ended nor cancelled, and whose
+// inputs are ready, to its outcome. The processor's own checks a container out of the
+// pool, runs the job and finishes it; a session's call runs in its session's
+// container instead (session.go).
+type runStep func(ctx context.Context, job *wire.Job, inputs []harness.InputFile, p *publisher, ref execRef, attempt int, log *slog.Logger) (outcome, string)
 
-// handleIn is handle, in the container of sess when it is not nil; it returns what
-// it did with the message.
-func (pr *processor) handleIn(sandbox string, msg jetstream.Msg, sess *session) action {
+// handleIn is handle, with step in place of the processor's own run when it is not
+// nil; it returns what it did with the message.
+func (pr *processor) handleIn(sandbox string, msg jetstream.Msg, step runStep) action {
 	attempt := 1
 	if meta, err := msg.Metadata(); err == nil {
 		attempt = int(meta.NumDelivered)
@@ -97,7 +94,7 @@ func (pr *processor) handleIn(sandbox string, msg jetstream.Msg, sess *session) 
 
 	// Keep the job ours while it waits for a container and runs.
 	stopBeat := pr.heartbeat(msg)
-	out, reason := pr.process(ctx, sandbox, msg, attempt, last, log, sess)
+	out, reason := pr.process(ctx, sandbox, msg, attempt, last, log, step)
 	stopBeat()
 
 	act, delay := decide(out, last, pr.nakDelay(attempt))
@@ -147,7 +144,7 @@ func (pr *processor) heartbeat(msg jetstream.Msg) (stop func()) {
 // process decodes, validates and runs the job. It returns the outcome and, for a
 // terminated job, the reason. Its steps: decode, then (unless an earlier attempt or
 // a cancel ended the job) checkout, run and finish.
-func (pr *processor) process(traced context.Context, sandbox string, msg jetstream.Msg, attempt int, last bool, log *slog.Logger, sess *session) (outcome, string) {
+func (pr *processor) process(traced context.Context, sandbox string, msg jetstream.Msg, attempt int, last bool, log *slog.Logger, step runStep) (outcome, string) {
 	job, ref, ct, err := decode(sandbox, msg, pr.cfg.MaxScriptBytes)
 	if err == nil && ref.tenant != "" {
 		err = refusedToTenants(pr.cfg.sandbox(sandbox))
@@ -188,8 +185,8 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 	if err != nil {
 		return pr.noInputs(ctx, p, sandbox, attempt, last, err, log)
 	}
-	if sess != nil {
-		return pr.inSession(ctx, sess, job, inputs, p, ref, attempt, log)
+	if step != nil {
+		return step(ctx, job, inputs, p, ref, attempt, log)
 	}
 	lease, err := pr.checkout(ctx, sandbox)
 	if err != nil {
@@ -206,58 +203,6 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 	}
 	return pr.finish(ctx, p, res, err, log)
 }
-
-// decode reads a job message: its tenant (from the subject), encoding and body,
-// validated against the sandbox it was pulled for and the script limit, with its
-// Nats-Msg-Id header naming the execution its body does. On error, job and ref are
-// what could be read (ref.id is the id an error may be published under, or "").
-func decode(sandbox string, msg message, maxScript int) (job *wire.Job, ref execRef, ct string, err error) {
-	hdr := msg.Headers()
-	headerID := hdr.Get(wire.HeaderMsgID)
-	ref.tenant = tenantOf(msg.Subject())
-	ct, err = wire.ParseContentType(hdr.Get(wire.HeaderContentType))
-	if err != nil {
-		return nil, execRef{ref.tenant, ownedID(nil, headerID)}, wire.ContentTypeJSON, err // its own encoding is unknown: answer in the readable one
-	}
-	job, err = wire.DecodeJob(ct, msg.Data())
-	if err == nil {
-		err = job.Validate(sandbox, maxScript)
-	}
-	if err == nil {
-		err = sameIDs(headerID, job.ExecutionID)
-	}
-	if err == nil {
-		err = sameSession(msg.Subject(), job)
-	}
-	if err != nil {
-		return job, execRef{ref.tenant, ownedID(job, headerID)}, ct, err
-	}
-	return job, execRef{ref.tenant, job.ExecutionID}, ct, nil
-}
-
-// refusedToTenants is the error of a tenant's job or session call of sb, or nil if sb
-// serves tenants (Sandbox.TenantRefusal).
-func refusedToTenants(sb Sandbox) error {
-	if sb.TenantRefusal == "" {
-		return nil
-	}
-	return fmt.Errorf("sandbox %s serves no tenant: %s", sb.Name, sb.TenantRefusal)
-}
-
-// message is what decode reads of a message: a delivery (jetstream.Msg), or one read
-// from a stream (storedMsg).
-type message interface {
-	Subject() string
-	Headers() nats.Header
-	Data() []byte
-}
-
-// storedMsg is a message read from a stream, as decode reads it.
-type storedMsg struct{ m *jetstream.RawStreamMsg }
-
-func (s storedMsg) Subject() string      { return s.m.Subject }
-func (s storedMsg) Headers() nats.Header { return s.m.Header }
-func (s storedMsg) Data() []byte         { return s.m.Data }
 
 // invalid answers a job that decode refused: an invalid_job error and script_done
 // under the id it owns, if any, and the job terminated with the reason.
@@ -461,51 +406,118 @@ func (pr *processor) endCancelled(ctx context.Context, p *publisher, log *slog.L
 	return outCancelled, ""
 }
 
-// sameSession checks that a session call came on its session's subject, and that a
-// job on a sandbox's subject names no session.
-func sameSession(subject string, job *wire.Job) error {
-	_, _, id, err := wire.ParseSessionSubject(subject)
+// A job's one end. An execution has one script_done in the events stream, however
+// often its job is delivered:
+//
+//   - A redelivery (attempt > 1) looks the execution's script_done up before it takes
+//     a container. When an earlier attempt stored it (its worker died, or lost its
+//     connection, after storing its events and before its ack reached the server),
+//     the job is acked without running again. A first delivery is not looked up: the
+//     server counts a delivery before it hands the message over (a replicated
+//     consumer once its peers have the count), so no earlier attempt of a job whose
+//     delivery count is 1 has run.
+//   - A job still running when the worker's shutdown grace ends goes back to the
+//     queue at once (nak) with no script_done and no error event: its next attempt, on
+//     another worker, ends it.
+//   - A job delivered more than MaxDeliver times is not run again: the worker that
+//     gets the delivery publishes its end (an infrastructure error and script_done,
+//     under that delivery's attempt number) and terminates it. The consumer's own
+//     MaxDeliver is unlimited so that this delivery always comes. (The server's
+//     max-deliveries advisory, which ended such jobs before, is sent once, only if
+//     someone listens at that instant, and reads the same whoever publishes it.) When
+//     the end cannot be stored, the job is nakked with a growing delay and the next
+//     delivery, on whichever worker, tries again: the job stays in the work queue
+//     until it has its end, whichever workers stop meanwhile.
+const (
+	// endMaxDelay caps the delay before a delivery past MaxDeliver whose end could
+	// not be stored comes again.
+	endMaxDelay = 30 * time.Second
+	// endLookupLimit bounds how long one delivery asks the events stream for a
+	// script_done that the stream cannot tell yet; then the job is nakked.
+	endLookupLimit = time.Minute
+)
+
+// endedBefore answers a delivery whose end is not a run of its own: one of a job that
+// an earlier attempt ended, or one past MaxDeliver. It returns ok false when the job
+// is to run. p is the delivery's publisher.
+func (pr *processor) endedBefore(p *publisher, attempt int, log *slog.Logger) (out outcome, reason string, ok bool) {
+	if attempt <= 1 {
+		return 0, "", false
+	}
+	ended, err := pr.hasEnd(p.ref.key(), log)
 	switch {
-	case err != nil && job.SessionID != "":
-		return fmt.Errorf("session_id %q: a session's calls are published on %s", job.SessionID, wire.SessionSubject(job.Sandbox, job.SessionID))
-	case err == nil && job.SessionID != id:
-		return fmt.Errorf("session_id %q differs from the session %q of the subject", job.SessionID, id)
+	case err != nil && pr.jobs.Err() != nil:
+		return outHandedOver, "", true
+	case err != nil:
+		return outUnstored, truncateReason(err.Error()), true
+	case ended:
+		log.Info("a redelivered job had ended already: acked without running it again", "execution_id", p.ref)
+		return outEnded, "", true
+	case attempt <= pr.cfg.MaxDeliver:
+		return 0, "", false
 	}
-	return nil
+	msg := fmt.Sprintf("gave up after %d deliveries: the workers that took the job stopped before finishing it", pr.cfg.MaxDeliver)
+	if err := p.terminal(wire.KindInfrastructure, msg); err != nil {
+		log.Warn("the end of a job out of deliveries was not stored; its next delivery tries again",
+			"execution_id", p.ref, "in", pr.nakDelay(attempt), "err", err)
+		return outUnstored, truncateReason(err.Error()), true
+	}
+	log.Warn("gave up a job out of deliveries", "execution_id", p.ref, "deliveries", attempt-1)
+	return outGaveUp, truncateReason(msg), true
 }
 
-// sameIDs checks that a job's Nats-Msg-Id header names the execution its body does.
-// The header is what the events stream deduplicates jobs by, so a job whose header
-// names another id (or none) could run under an id another job holds.
-func sameIDs(header, body string) error {
-	if header == "" {
-		return fmt.Errorf("the job has no %s header: publish it with %s: %s", wire.HeaderMsgID, wire.HeaderMsgID, body)
+// hasEnd reports whether the events stream holds a script_done of the execution.
+// While the stream cannot tell (its leader is being elected, the stream is gone for a
+// while), it asks again, a little later each time, until the stream answers, the
+// worker's jobs end at shutdown, or endLookupLimit.
+func (pr *processor) hasEnd(id string, log *slog.Logger) (bool, error) {
+	deadline := time.Now().Add(endLookupLimit)
+	delay := storeMinDelay
+	for {
+		ctx, cancel := publishContext()
+		ended, err := pr.events.ended(ctx, id)
+		cancel()
+		if err == nil {
+			return ended, nil
+		}
+		err = fmt.Errorf("look up the script_done of %s: %w", id, err)
+		if time.Now().Add(delay).After(deadline) {
+			return false, err
+		}
+		log.Warn("the events stream cannot tell whether a redelivered job has ended; asking again", "execution_id", id, "in", delay, "err", err)
+		select {
+		case <-time.After(delay):
+		case <-pr.jobs.Done():
+			return false, err
+		}
+		delay = min(2*delay, storeMaxDelay)
 	}
-	if header != body {
-		return fmt.Errorf("the job's %s header %q and its execution_id %q differ", wire.HeaderMsgID, header, body)
-	}
-	return nil
 }
 
-// ownedID is the id an invalid job's error may be published under: the Nats-Msg-Id
-// header's, when it is a valid id and the body names no other. The stream took the
-// message under that header, so no other job of the dedup window holds the id; an id
-// named only by the body may be another agent's execution, whose events must not get
-// a stranger's error (nor lose their message ids to it). Without one, the job is only
-// terminated, with the reason.
-func ownedID(job *wire.Job, header string) string {
-	if wire.ValidateID("execution id", header) != nil {
-		return ""
+// nakDelay is the delay before a nakked delivery of the given attempt comes again:
+// NakDelay up to the last delivery, then doubled for each delivery past it, at most
+// endMaxDelay.
+func (pr *processor) nakDelay(attempt int) time.Duration {
+	d := pr.cfg.NakDelay
+	for n := pr.cfg.MaxDeliver; n < attempt && d < endMaxDelay; n++ {
+		d = min(2*d, endMaxDelay)
 	}
-	if job != nil && job.ExecutionID != "" && job.ExecutionID != header {
-		return ""
-	}
-	return header
+	return d
 }
 
-func truncateReason(s string) string {
-	if len(s) > 200 {
-		return s[:200]
+// handedOver reports whether the job's context was ended by the worker's shutdown
+// grace: the job goes back to the queue, and this attempt publishes no end.
+func handedOver(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), errShuttingDown)
+}
+
+// handOver tells whether a run that returned res and err was cut by the worker's
+// shutdown, and logs it: such a job goes back to the queue with its partial events
+// and no script_done. A script that finished as the grace ended keeps its result.
+func (pr *processor) handOver(ctx context.Context, ref execRef, res *harness.Result, err error, log *slog.Logger) bool {
+	if !handedOver(ctx) || (err == nil && res.ErrorKind != wire.KindCancelled) {
+		return false
 	}
-	return s
+	log.Warn("the shutdown grace ended a running job: it goes back to the queue for another worker", "execution_id", ref)
+	return true
 }

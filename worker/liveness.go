@@ -11,17 +11,32 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// liveness is the worker's standing in the fleet: its entry in BucketWorkers,
-// refreshed every third of the TTL while it runs, and in BucketFleet, refreshed
-// now and then. (The pool's reaper, asking WorkerAlive, removes the containers of
-// the workers whose entries expired.)
+// liveness is the worker's standing in the fleet: its entry in BucketWorkers, which
+// names its sandboxes, refreshed every third of the TTL while it runs, and in
+// BucketFleet, refreshed now and then. At each beat it checks its sandboxes' subjects
+// in the streams, and now and then retires those of sandboxes nobody serves (served).
+// (The pool's reaper, asking WorkerAlive, removes the containers of the workers whose
+// entries expired.)
 type liveness struct {
-	workers, fleet jetstream.KeyValue // set by ensureStreams
+	workers, fleet jetstream.KeyValue
+	served         *served
 	id             string
 	ttl            time.Duration
 	log            *slog.Logger
 	done           sync.WaitGroup
 }
+
+// start announces the worker and keeps its entries until run ends.
+func (l *liveness) start(setup, run context.Context) error {
+	if err := l.announce(setup); err != nil {
+		return err
+	}
+	l.keep(run)
+	return nil
+}
+
+// stop withdraws the worker (withdraw).
+func (l *liveness) stop(ctx context.Context) { l.withdraw(ctx) }
 
 // announce records the worker as alive and as a member of the fleet.
 func (l *liveness) announce(ctx context.Context) error {
@@ -35,7 +50,11 @@ func (l *liveness) announce(ctx context.Context) error {
 }
 
 func (l *liveness) put(ctx context.Context, kv jetstream.KeyValue) error {
-	_, err := kv.Put(ctx, l.id, []byte(time.Now().UTC().Format(time.RFC3339)))
+	value := []byte(time.Now().UTC().Format(time.RFC3339))
+	if kv == l.workers {
+		value = l.served.entry()
+	}
+	_, err := kv.Put(ctx, l.id, value)
 	return err
 }
 
@@ -48,17 +67,27 @@ func (l *liveness) keep(ctx context.Context) {
 		defer beat.Stop()
 		member := time.NewTicker(FleetMemory / 4)
 		defer member.Stop()
+		retire := time.NewTicker(max(l.served.grace/4, time.Second))
+		defer retire.Stop()
 		for {
-			kv, what := l.workers, "refresh liveness"
+			var err error
+			var what string
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			select {
 			case <-ctx.Done():
+				cancel()
 				return
 			case <-beat.C:
+				what = "refresh liveness"
+				if err = l.put(pctx, l.workers); err == nil {
+					what, err = "keep the sandboxes' subjects in the streams", l.served.ensure(pctx)
+				}
 			case <-member.C:
-				kv, what = l.fleet, "refresh fleet membership"
+				what, err = "refresh fleet membership", l.put(pctx, l.fleet)
+			case <-retire.C:
+				what, err = "retire the subjects of sandboxes nobody serves", l.served.retire(pctx)
 			}
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := l.put(pctx, kv); err != nil && ctx.Err() == nil {
+			if err != nil && ctx.Err() == nil {
 				l.log.Warn(what, "err", err)
 			}
 			cancel()

@@ -144,7 +144,7 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 		case err != nil:
 			_ = msg.NakWithDelay(time.Second) // not claimed on a guess: it may have run
 		case answered:
-			s.done(msg) // while no worker served its sandbox (triage.go), or cancelled (cancel.go)
+			s.done(msg) // cancelled while queued (cancel.go)
 		default:
 			s.claim(ctx, sandbox, id, msg, meta, vs)
 		}
@@ -394,9 +394,6 @@ func (s *sessions) claim(ctx context.Context, sandbox string, id sessionRef, msg
 	}
 	_ = msg.NakWithDelay(watchDelay(meta))
 }
-
-// tenantShare is the most of n sessions one tenant may hold: half, at least one.
-func tenantShare(n int) int { return max(1, n/2) }
 
 // reserve says why this worker may not open session id of sandbox now ("held 4
 // sessions of sandbox py, its limit"), or "" and holds its room in s.held until begin

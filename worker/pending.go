@@ -3,18 +3,24 @@ package worker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 )
 
 // gates hold back the pull loops of the sandboxes that are not served yet (see
-// Sandbox.Pending): a sandbox's gate opens once, when Serve names it.
+// Sandbox.Pending): a sandbox's gate opens once, when Serve names it. They also hold
+// why this worker cannot serve a sandbox (Unavailable), which the catalog puts. They
+// exist from New on: Serve and Unavailable may come before Start.
 type gates struct {
-	mu   sync.Mutex // guards open
-	open map[string]chan struct{}
+	mu     sync.Mutex // guards open and failed
+	open   map[string]chan struct{}
+	failed map[string]string // why, by sandbox, for the sandboxes this worker cannot serve
+	// changed is buffered: a failure or a recovery has the catalog put its entries.
+	changed chan struct{}
 }
 
 func newGates(sandboxes []Sandbox) *gates {
-	g := &gates{open: map[string]chan struct{}{}}
+	g := &gates{open: map[string]chan struct{}{}, failed: map[string]string{}, changed: make(chan struct{}, 1)}
 	for _, sb := range sandboxes {
 		ch := make(chan struct{})
 		if !sb.Pending {
@@ -68,23 +74,36 @@ func (g *gates) serve(sandbox string) error {
 	return nil
 }
 
-// Serve starts taking the jobs and session calls of a pending sandbox (see
-// Sandbox.Pending), which the pool now has. Serving a sandbox that serves already
-// does nothing.
-func (w *Worker) Serve(sandbox string) error {
-	if err := w.gates.serve(sandbox); err != nil {
-		return err
-	}
-	w.catalog.recover(sandbox)
-	w.log.Info("sandbox serving", "sandbox", sandbox)
-	return nil
+// fail records why this worker cannot serve the sandbox: the first line of why only
+// (a build's log stays in the worker's log), which tenants read in the catalog.
+func (g *gates) fail(sandbox, why string) {
+	why, _, _ = strings.Cut(why, "\n")
+	g.mu.Lock()
+	g.failed[sandbox] = why
+	g.mu.Unlock()
+	g.nudge()
 }
 
-// Unavailable reports a pending sandbox that this worker cannot serve (yet): its
-// image could not be built, or the pool could not take it. Its jobs and sessions
-// stay in their streams for a worker that serves it, and the catalog says why (the
-// first line of reason), unless another worker serves it (see catalog.putUnserved),
-// until Serve names it.
-func (w *Worker) Unavailable(sandbox string, reason error) {
-	w.catalog.fail(sandbox, reason.Error())
+// recover forgets that the sandbox failed: it serves now.
+func (g *gates) recover(sandbox string) {
+	g.mu.Lock()
+	delete(g.failed, sandbox)
+	g.mu.Unlock()
+	g.nudge()
+}
+
+// failure says why this worker cannot serve the sandbox, if it cannot.
+func (g *gates) failure(sandbox string) (why string, failed bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	why, failed = g.failed[sandbox]
+	return why, failed
+}
+
+// nudge has the catalog put its entries at once.
+func (g *gates) nudge() {
+	select {
+	case g.changed <- struct{}{}:
+	default:
+	}
 }

@@ -2,12 +2,9 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -17,33 +14,30 @@ import (
 // returns.
 type producer struct {
 	sandboxes []Sandbox
-	consumers map[string]jetstream.Consumer // by sandbox, set by ensureStreams
+	consumers map[string]jetstream.Consumer // by sandbox
 	gates     *gates
 	handle    func(sandbox string, msg jetstream.Msg)
 	log       *slog.Logger
 	loops     sync.WaitGroup // pull loops and the jobs they run
 }
 
-func newProducer(sandboxes []Sandbox, g *gates, handle func(string, jetstream.Msg), log *slog.Logger) *producer {
-	return &producer{sandboxes: sandboxes, consumers: map[string]jetstream.Consumer{}, gates: g, handle: handle, log: log}
+func newProducer(sandboxes []Sandbox, consumers map[string]jetstream.Consumer, g *gates, handle func(string, jetstream.Msg), log *slog.Logger) *producer {
+	return &producer{sandboxes: sandboxes, consumers: consumers, gates: g, handle: handle, log: log}
 }
 
-// start starts every slot's loop; the loops stop taking jobs when ctx ends.
-func (p *producer) start(ctx context.Context) {
+// start starts every slot's loop; the loops stop taking jobs when run ends.
+func (p *producer) start(_, run context.Context) error {
 	for _, sb := range p.sandboxes {
 		for range sb.Slots {
 			p.loops.Add(1)
-			go p.pull(ctx, sb.Name, p.consumers[sb.Name])
+			go p.pull(run, sb.Name, p.consumers[sb.Name])
 		}
 	}
+	return nil
 }
 
-// done returns a channel closed once every loop has ended, the job it ran with it.
-func (p *producer) done() <-chan struct{} {
-	finished := make(chan struct{})
-	go func() { p.loops.Wait(); close(finished) }()
-	return finished
-}
+// stop waits until every loop has ended, the job it ran with it.
+func (p *producer) stop(context.Context) { p.loops.Wait() }
 
 // pull is one container slot of a sandbox: it asks for one job, runs it to the end,
 // then asks for the next, until ctx ends; a pending sandbox's first once it serves.
@@ -53,26 +47,4 @@ func (p *producer) pull(ctx context.Context, sandbox string, cons jetstream.Cons
 		return
 	}
 	pullEach(ctx, cons, p.log.With("sandbox", sandbox), "a job", func(msg jetstream.Msg) { p.handle(sandbox, msg) })
-}
-
-// pullEach fetches one message of cons at a time and hands it to handle, which runs
-// it to its end before the next is asked for, until ctx ends. A failed fetch is
-// logged (what names the message) and tried again a second later.
-func pullEach(ctx context.Context, cons jetstream.Consumer, log *slog.Logger, what string, handle func(jetstream.Msg)) {
-	for ctx.Err() == nil {
-		batch, err := cons.Fetch(1, jetstream.FetchContext(ctx))
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("fetch "+what, "err", err)
-				sleep(ctx, time.Second)
-			}
-			continue
-		}
-		for msg := range batch.Messages() {
-			handle(msg)
-		}
-		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			log.Debug("fetch ended", "err", err)
-		}
-	}
 }

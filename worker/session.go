@@ -60,9 +60,9 @@ type sessions struct {
 	proc    *processor
 	events  *events
 	log     *slog.Logger
-	kv      jetstream.KeyValue // BucketSessions, set by ensureStreams
-	stream  jetstream.Stream   // StreamSessions, set by ensureStreams
-	openers map[string]jetstream.Consumer
+	kv      jetstream.KeyValue            // BucketSessions
+	stream  jetstream.Stream              // StreamSessions
+	openers map[string]jetstream.Consumer // by sandbox
 	gates   *gates
 
 	mu        sync.Mutex
@@ -86,21 +86,23 @@ type session struct {
 	taken chan string
 }
 
-func newSessions(cfg *Config, js jetstream.JetStream, proc *processor, ev *events, g *gates) *sessions {
-	return &sessions{cfg: cfg, js: js, proc: proc, events: ev, log: cfg.Logger, openers: map[string]jetstream.Consumer{}, gates: g, held: map[string]*session{}, finishing: map[string]bool{}}
+func newSessions(cfg *Config, js jetstream.JetStream, topo *topology, proc *processor, ev *events, g *gates) *sessions {
+	return &sessions{cfg: cfg, js: js, kv: topo.sessionKV, stream: topo.sessions, openers: topo.openers, proc: proc, events: ev, log: cfg.Logger,
+		gates: g, held: map[string]*session{}, finishing: map[string]bool{}}
 }
 
-// start runs an opener loop per sandbox until ctx ends.
-func (s *sessions) start(ctx context.Context) {
+// start runs an opener loop per sandbox until run ends.
+func (s *sessions) start(_, run context.Context) error {
 	for _, sb := range s.cfg.Sandboxes {
 		s.loops.Add(1)
-		go s.open(ctx, sb.Name, s.openers[sb.Name])
+		go s.open(run, sb.Name, s.openers[sb.Name])
 	}
+	return nil
 }
 
 // stop ends every session this worker holds (their next calls get session_lost) once
 // their running call, if any, has ended, and waits for the loops.
-func (s *sessions) stop() {
+func (s *sessions) stop(context.Context) {
 	s.mu.Lock()
 	s.stopped = true
 	s.mu.Unlock()
@@ -170,7 +172,7 @@ func (s *sessions) serve(h *session) {
 		if err != nil {
 			continue // nothing yet (or a passing failure): look at the clocks again
 		}
-		if s.proc.handleSession(h, msg) {
+		if act := s.proc.handleIn(h.sandbox, msg, h.runCall(s.proc)); act == actAck || act == actTerm {
 			s.dropThrough(h, msg)
 		}
 		idleSince = time.Now()
@@ -350,16 +352,17 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-time.After(d):
-	case <-ctx.Done():
+// runCall is the processor's step for a call of the session (runStep): it runs in the
+// session's container, in place of checkout and release, and settles whether the
+// session goes on (it sets sess.ended when the session must end after it). The call
+// is done with once acked or terminated, not back to the queue.
+func (sess *session) runCall(pr *processor) runStep {
+	return func(ctx context.Context, job *wire.Job, inputs []harness.InputFile, p *publisher, ref execRef, attempt int, log *slog.Logger) (outcome, string) {
+		return sess.run(ctx, pr, job, inputs, p, ref, attempt, log)
 	}
 }
 
-// inSession runs a call in its session's container (the processor's step for session
-// calls, in place of checkout and release) and settles whether the session goes on.
-func (pr *processor) inSession(ctx context.Context, sess *session, job *wire.Job, inputs []harness.InputFile, p *publisher, ref execRef, attempt int, log *slog.Logger) (outcome, string) {
+func (sess *session) run(ctx context.Context, pr *processor, job *wire.Job, inputs []harness.InputFile, p *publisher, ref execRef, attempt int, log *slog.Logger) (outcome, string) {
 	if job.Script == "" { // a close, and nothing to run
 		sess.ended = "it was closed"
 		return pr.finish(ctx, p, &harness.Result{Success: true}, nil, log)

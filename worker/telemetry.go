@@ -125,3 +125,10 @@ func registerPoolMetrics(m metric.Meter, pool *sandboxpool.Pool) (metric.Registr
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
+
+// unregister drops the callback of the observable instruments.
+func (t *telemetry) unregister() {
+	if t.reg != nil {
+		_ = t.reg.Unregister()
+	}
+}

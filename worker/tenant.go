@@ -53,15 +53,23 @@ func tenantSessionSubjects(sandbox string) []string {
 	return []string{wire.SubjectPrefixSession + "." + sandbox + ".*", wire.SubjectPrefixSession + ".*." + sandbox + ".*"}
 }
 
-// tenantOf returns the tenant of a job's subject or a session call's, as the fleet's
-// account sees it ("" for none): the consumers' filters match no other shapes.
-func tenantOf(subject string) string {
+// jobSubject is what the subject of a job or of a session call says, as the fleet's
+// account sees it (the consumers' filters match no other shapes): its tenant ("" for
+// none) and, for a call, its session (session is false for a job, or a subject that
+// names no session).
+type jobSubject struct {
+	tenant, id string
+	session    bool
+}
+
+// parseJobSubject reads a job's or a session call's subject, once.
+func parseJobSubject(subject string) jobSubject {
 	if strings.HasPrefix(subject, wire.SubjectPrefixSession+".") {
-		tenant, _, _, _ := wire.ParseSessionSubject(subject)
-		return tenant
+		tenant, _, id, err := wire.ParseSessionSubject(subject)
+		return jobSubject{tenant: tenant, id: id, session: err == nil}
 	}
 	tenant, _, _ := wire.ParseExecSubject(subject)
-	return tenant
+	return jobSubject{tenant: tenant}
 }
 
 // parseCancelSubject returns the execution a cancel names, from its subject

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/jazzmine/worker/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -19,34 +19,34 @@ var ErrStopped = errors.New("worker: stopped")
 // Worker pulls jobs from JetStream, runs them in the pool's containers and publishes
 // their events. For each sandbox it runs one pull loop per container slot; a loop asks
 // for exactly one job, and only while its slot is free. It is the assembly of its
-// parts, each a type and a file: the producer (pull loops), the processor (a
-// delivery to its end), the canceller (the cancel protocol), triage (jobs no worker
-// serves), liveness, and the background work of cancels and triage.
+// parts, each a type and a file, built in Start once the fleet's streams, buckets and
+// consumers are made (topology.go): the producer (pull loops), the processor (a
+// delivery to its end), the canceller (the cancel protocol), sessions, liveness and
+// the streams' served subjects, the catalog, and the background work of cancels and
+// replays. Those that run are services, started in order and stopped in reverse.
 type Worker struct {
-	cfg Config
-	log *slog.Logger
-	js  jetstream.JetStream
-	tel *telemetry
+	cfg   Config
+	log   *slog.Logger
+	js    jetstream.JetStream
+	tel   *telemetry
+	gates *gates // the pending sandboxes' loops held back, and the failed (pending.go)
 
-	events   *events     // StreamEvents: publishers and ends (events.go)
-	producer *producer   // the pull loops (producer.go)
-	proc     *processor  // one delivery to its end (job.go, ended.go)
-	cancels  *canceller  // BucketCancels and the cancel protocol (cancel.go)
-	triage   *triage     // jobs for sandboxes no worker serves (triage.go)
-	live     *liveness   // BucketWorkers and BucketFleet (liveness.go)
-	replays  *replayer   // tenants' events published again (replay.go)
-	bg       *background // cancels', triage's and replays' work (background.go)
-	files    *files      // wire.FilesBucket: input files and artifacts (files.go)
-	sessions *sessions   // StreamSessions, BucketSessions: sessions (session.go)
-	catalog  *catalog    // wire.SandboxesBucket: the sandbox catalog (catalog.go)
-	gates    *gates      // the pending sandboxes' loops held back (pending.go)
+	mu       sync.Mutex // guards what follows
+	stopped  bool
+	services []service          // in start order; nil until Start succeeded
+	stopRun  context.CancelFunc // ends the services' loops
+	proc     *processor         // one delivery to its end (job.go, ended.go)
+	producer *producer          // the pull loops (producer.go)
+	sessions *sessions          // sessions (session.go, opener.go)
+}
 
-	mu      sync.Mutex // guards stopped
-	stopped bool
-
-	pulling     context.Context // ends when the worker stops taking jobs
-	stopPulling context.CancelFunc
-	subs        []*nats.Subscription
+// service is a part of the worker that runs.
+type service interface {
+	// start does the part's setup, within setup's deadline; its loops run until run
+	// ends.
+	start(setup, run context.Context) error
+	// stop waits for the loops to end, once run has, and releases what start took.
+	stop(ctx context.Context)
 }
 
 // New validates cfg and returns a Worker; Start starts it.
@@ -65,102 +65,153 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: telemetry: %w", err)
 	}
-	w := &Worker{cfg: cfg, log: cfg.Logger, js: js, tel: tel}
-	running := newRegistry()
-	w.bg = newBackground(cfg.Logger)
-	w.events = &events{js: js, nc: cfg.NATS, workerID: cfg.WorkerID}
-	w.cancels = &canceller{nc: cfg.NATS, js: js, workerID: cfg.WorkerID, log: cfg.Logger, events: w.events, running: running, bg: w.bg}
-	w.files = &files{js: js, bg: w.bg, rates: newTenantRates(chunkRate, chunkBurst)}
-	w.proc = newProcessor(&w.cfg, tel, w.events, w.cancels, running, w.files)
-	w.gates = newGates(cfg.Sandboxes)
-	w.producer = newProducer(cfg.Sandboxes, w.gates, w.proc.handle, cfg.Logger)
-	w.sessions = newSessions(&w.cfg, js, w.proc, w.events, w.gates)
-	w.replays = newReplayer(cfg.NATS, w.events, w.bg, cfg.Logger)
-	w.triage = newTriage(js, cfg.Sandboxes, w.events, w.bg, cfg.Logger)
-	w.live = &liveness{id: cfg.WorkerID, ttl: cfg.LivenessTTL, log: cfg.Logger}
-	w.catalog = &catalog{pool: cfg.Pool, gates: w.gates, sandboxes: cfg.Sandboxes, workerID: cfg.WorkerID, timeout: cfg.DefaultTimeout, log: cfg.Logger,
-		bg: w.bg, rates: newTenantRates(catalogRate, catalogBurst), failed: map[string]string{}, toolErrors: map[string]string{}, kick: make(chan struct{}, 1)}
-	w.pulling, w.stopPulling = context.WithCancel(context.Background())
-	return w, nil
+	return &Worker{cfg: cfg, log: cfg.Logger, js: js, tel: tel, gates: newGates(cfg.Sandboxes)}, nil
 }
 
 // ID is the worker's id.
 func (w *Worker) ID() string { return w.cfg.WorkerID }
 
-// Start creates or updates the streams, consumers and buckets, announces the worker
-// as alive, subscribes to cancels and starts the pull loops. ctx bounds the setup
-// only; the loops run until Shutdown.
+// Start creates or updates the streams, consumers and buckets, builds the parts and
+// starts them: liveness, background work, subscriptions, the catalog, the pull loops
+// and the session openers. ctx bounds the setup only; the loops run until Shutdown.
+// A Start that failed may be called again.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
-	stopped := w.stopped
-	w.mu.Unlock()
-	if stopped {
+	defer w.mu.Unlock()
+	if w.stopped {
 		return ErrStopped
 	}
-	if err := w.ensureStreams(ctx); err != nil {
+	if w.services != nil {
+		return errors.New("worker: started already")
+	}
+	topo, err := makeTopology(ctx, w.js, &w.cfg)
+	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	if err := w.live.announce(ctx); err != nil {
-		return fmt.Errorf("worker: %w", err)
+	services := w.assemble(topo)
+	run, stopRun := context.WithCancel(context.Background())
+	for i, s := range services {
+		if err := s.start(ctx, run); err != nil {
+			stopRun()
+			for _, started := range slices.Backward(services[:i]) {
+				started.stop(ctx)
+			}
+			return fmt.Errorf("worker: %w", err)
+		}
 	}
-	if err := w.subscribe(); err != nil {
-		w.unsubscribe()
-		return fmt.Errorf("worker: %w", err)
-	}
-	w.bg.start() // what the subscriptions queued meanwhile waits for it
-	w.triage.sweepAll()
-	w.live.keep(w.pulling)
-	w.catalog.keep(w.pulling)
-	w.producer.start(w.pulling)
-	w.sessions.start(w.pulling)
+	w.services, w.stopRun = services, stopRun
 	w.log.Info("worker started", "sandboxes", len(w.cfg.Sandboxes))
 	return nil
 }
 
-// subscribe subscribes the cancel protocol, triage, replays and tenants' chunk and
-// catalog requests in the fleet's queue groups (one worker each message), and the
-// answer for running executions on every worker.
-func (w *Worker) subscribe() error {
-	nc := w.cfg.NATS
-	for _, s := range []struct {
-		subject, queue string
-		handler        nats.MsgHandler
-	}{
-		{cancelAll, groupCancel, w.cancels.coordinate},
-		{subjectRunning + ">", "", w.cancels.answerRunning},
-		{execAll, groupTriage, w.triage.see},
-		{wire.SessionWildcard, groupTriage, w.triage.seeSession},
-		{tenantSessionAll, groupTriage, w.triage.seeSession},
-		{replayAll, groupReplay, w.replays.see},
-		{filesAll, groupFiles, w.files.see},
-		{sandboxesAll, groupSandboxes, w.catalog.serveTenants},
-	} {
-		var sub *nats.Subscription
+// assemble builds the parts on topo, and returns the services in start order.
+func (w *Worker) assemble(topo *topology) []service {
+	c := &w.cfg
+	running := newRegistry()
+	bg := newBackground(c.Logger)
+	ev := &events{js: w.js, nc: c.NATS, stream: topo.events, workerID: c.WorkerID}
+	cancels := &canceller{nc: c.NATS, js: w.js, kv: topo.cancels, workerID: c.WorkerID, log: c.Logger, events: ev, running: running, bg: bg}
+	fs := &files{js: w.js, store: topo.files, tenantCfg: topo.tenantFiles, bg: bg, rates: newTenantRates(chunkRate, chunkBurst)}
+	w.proc = newProcessor(c, w.tel, ev, cancels, running, fs)
+	w.producer = newProducer(c.Sandboxes, topo.jobs, w.gates, w.proc.handle, c.Logger)
+	w.sessions = newSessions(c, w.js, topo, w.proc, ev, w.gates)
+	replays := newReplayer(c.NATS, ev, bg, c.Logger)
+	live := &liveness{workers: topo.workers, fleet: topo.fleet, id: c.WorkerID, ttl: c.LivenessTTL, log: c.Logger,
+		served: newServed(w.js, topo.workers, c.Sandboxes, c.UnservedGrace, c.Logger)}
+	cat := &catalog{kv: topo.sandboxes, pool: c.Pool, gates: w.gates, sandboxes: c.Sandboxes, workerID: c.WorkerID, timeout: c.DefaultTimeout, log: c.Logger,
+		bg: bg, rates: newTenantRates(catalogRate, catalogBurst), toolErrors: map[string]string{}}
+	subs := &subscriptions{nc: c.NATS, list: []subscription{
+		{cancelAll, groupCancel, cancels.coordinate},
+		{subjectRunning + ">", "", cancels.answerRunning},
+		{replayAll, groupReplay, replays.see},
+		{filesAll, groupFiles, fs.see},
+		{sandboxesAll, groupSandboxes, cat.serveTenants},
+	}}
+	return []service{live, bg, subs, cat, w.producer, w.sessions}
+}
+
+// Serve starts taking the jobs and session calls of a pending sandbox (see
+// Sandbox.Pending), which the pool now has. Serving a sandbox that serves already
+// does nothing.
+func (w *Worker) Serve(sandbox string) error {
+	if err := w.gates.serve(sandbox); err != nil {
+		return err
+	}
+	w.gates.recover(sandbox)
+	w.log.Info("sandbox serving", "sandbox", sandbox)
+	return nil
+}
+
+// Unavailable reports a pending sandbox that this worker cannot serve (yet): its
+// image could not be built, or the pool could not take it. Its jobs and sessions
+// stay in their streams for a worker that serves it, and the catalog says why (the
+// first line of reason), unless another worker serves it (see catalog.putUnserved),
+// until Serve names it.
+func (w *Worker) Unavailable(sandbox string, reason error) {
+	w.gates.fail(sandbox, reason.Error())
+}
+
+// subscriptions are the worker's core NATS subscriptions: the cancel protocol,
+// replays, and tenants' chunk and catalog requests in the fleet's queue groups (one
+// worker each message), and the answer for running executions on every worker.
+type subscriptions struct {
+	nc   *nats.Conn
+	list []subscription
+	subs []*nats.Subscription
+}
+
+// subscription is a subject, its queue group ("" for every worker) and its handler.
+type subscription struct {
+	subject, queue string
+	handler        nats.MsgHandler
+}
+
+func (s *subscriptions) start(_, _ context.Context) error {
+	for _, sub := range s.list {
+		var ns *nats.Subscription
 		var err error
-		if s.queue != "" {
-			sub, err = nc.QueueSubscribe(s.subject, s.queue, s.handler)
+		if sub.queue != "" {
+			ns, err = s.nc.QueueSubscribe(sub.subject, sub.queue, sub.handler)
 		} else {
-			sub, err = nc.Subscribe(s.subject, s.handler)
+			ns, err = s.nc.Subscribe(sub.subject, sub.handler)
 		}
 		if err != nil {
+			s.stop(context.Background())
 			return err
 		}
-		w.subs = append(w.subs, sub)
+		s.subs = append(s.subs, ns)
 	}
-	return nc.Flush()
+	return s.nc.Flush()
+}
+
+func (s *subscriptions) stop(context.Context) {
+	for _, sub := range s.subs {
+		_ = sub.Unsubscribe()
+	}
+	s.subs = nil
 }
 
 // Shutdown stops taking jobs, lets running ones finish for the grace period, then
 // stops them and waits (until ctx ends) for the events of those that finished to be
 // published and their acks sent; a job it stopped goes back to the queue (nak) for
-// another worker, with no script_done of this attempt. It stops the worker's
-// subscriptions and background work and withdraws its liveness key. It does not
-// close the pool or the NATS connection. It is safe to call more than once.
+// another worker, with no script_done of this attempt. It then stops the other
+// services in the reverse order of their start: the catalog, the subscriptions, the
+// background work and liveness, whose key it withdraws. It does not close the pool or
+// the NATS connection. It is safe to call more than once.
 func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 	w.mu.Lock()
+	first := !w.stopped
 	w.stopped = true
+	services, stopRun := w.services, w.stopRun
+	w.services = nil
 	w.mu.Unlock()
-	w.stopPulling()
+	if services == nil { // never started, or stopped already
+		if first {
+			w.tel.unregister()
+		}
+		return nil
+	}
+	stopRun()
 	finished := w.finished()
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
@@ -179,32 +230,21 @@ func (w *Worker) Shutdown(ctx context.Context, grace time.Duration) error {
 		err = fmt.Errorf("worker: shutdown: %w", ctx.Err())
 	}
 	w.proc.stop()
-	w.unsubscribe()
-	w.bg.close()
-	w.catalog.stop()
-	if w.tel.reg != nil {
-		_ = w.tel.reg.Unregister()
+	for _, s := range slices.Backward(services) {
+		s.stop(ctx)
 	}
-	w.live.withdraw(ctx)
+	w.tel.unregister()
 	return err
-}
-
-func (w *Worker) unsubscribe() {
-	for _, s := range w.subs {
-		_ = s.Unsubscribe()
-	}
-	w.subs = nil
 }
 
 // finished is closed when the pull loops and the jobs they run, and the sessions and
 // their calls, have ended. Sessions end once their running call has (their later
 // calls get session_lost).
 func (w *Worker) finished() <-chan struct{} {
-	jobs := w.producer.done()
 	done := make(chan struct{})
 	go func() {
-		w.sessions.stop()
-		<-jobs
+		w.sessions.stop(context.Background())
+		w.producer.stop(context.Background())
 		close(done)
 	}()
 	return done

@@ -364,11 +364,13 @@ func TestTwoTenantsCannotSeeOrCancelEachOther(t *testing.T) {
 	}
 }
 
-// TestJobsNoWorkerCanTakeDoNotHoldTheBacklog: an agent publishes on job subjects no
-// consumer can ever match (a literal wildcard token, a character no sandbox name
-// has). Left in the jobs stream they would hold its room for good, until every
-// tenant's submit failed for a full backlog; the workers remove them, and only them.
-func TestJobsNoWorkerCanTakeDoNotHoldTheBacklog(t *testing.T) {
+// TestJobsNoWorkerCanTakeAreRefusedAtPublish: a tenant's agent publishes jobs for a
+// sandbox nobody serves and on job subjects no consumer can ever match (a literal
+// wildcard token, a character no sandbox name has). Stored, they would hold the
+// jobs stream's room for good; through the tenant's import as in the fleet's
+// account, the server finds no stream for them and refuses each publish at once,
+// and the jobs beside them run.
+func TestJobsNoWorkerCanTakeAreRefusedAtPublish(t *testing.T) {
 	workerSeed, workerPub := testenv.UserKey(t)
 	agentSeed, agentPub := testenv.UserKey(t)
 	t.Setenv("JAZZMINE_WORKER_NKEY", workerPub)
@@ -394,32 +396,31 @@ func TestJobsNoWorkerCanTakeDoNotHoldTheBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer queued.Close()
+	if _, err := c.Submit(ctx, wire.Job{Sandbox: "nosuch", Script: "emit_result(1)"}); !errors.Is(err, client.ErrUnknownSandbox) {
+		t.Errorf("a tenant's job for a sandbox nobody serves: %v; want ErrUnknownSandbox", err)
+	}
+	ajs, err := jetstream.New(anc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i, subject := range []string{"jazzmine.exec.*", "jazzmine.exec.>", "jazzmine.exec.x!y"} {
 		msg := nats.NewMsg(subject)
 		msg.Header.Set(wire.HeaderMsgID, fmt.Sprintf("junk-%d", i))
 		msg.Data = []byte(`{"script":"pass"}`)
-		if err := anc.PublishMsg(msg); err != nil {
-			t.Fatal(err)
+		if _, err := ajs.PublishMsg(ctx, msg); !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			t.Errorf("a job on %s: %v; want no stream response", subject, err)
 		}
-	}
-	if err := anc.Flush(); err != nil {
-		t.Fatal(err)
 	}
 	stream := fleetStream(t, wnc, wire.StreamExec)
-	junk := func() map[string]uint64 {
-		info, err := stream.Info(ctx, jetstream.WithSubjectFilter("jazzmine.exec.>"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		left := map[string]uint64{}
-		for s, n := range info.State.Subjects {
-			if s != "jazzmine.exec.agents.default" {
-				left[s] = n
-			}
-		}
-		return left
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	testenv.WaitFor(t, time.Minute, "the jobs no worker can take to leave the jobs stream", func() bool { return len(junk()) == 0 })
+	for s, n := range info.State.Subjects {
+		if s != "jazzmine.exec.agents.default" {
+			t.Errorf("the jobs stream holds %d messages on %s", n, s)
+		}
+	}
 	for _, e := range []*client.Execution{busy, queued} {
 		if res, err := e.Wait(ctx); err != nil || !res.Success {
 			t.Errorf("a job beside the junk: %+v, %v", res, err)
@@ -743,13 +744,12 @@ func TestTenantsHaveSessionsOfTheirOwn(t *testing.T) {
 // TestSessionCallsNoWorkerCanTakeDoNotHoldTheStream: beta publishes session calls no
 // opener can take (a literal '*' for the sandbox or the session, a sandbox nobody
 // serves), each on a subject of its own, so that no per-session bound holds them,
-// and they would fill the sessions stream for every tenant until its max age. Some
-// while no worker runs, which no subscription sees; then floods, each led by
-// duplicates of one id, which the stream drops but which each cost a task of beta's
-// background queue, so that the tasks of the calls behind them were dropped (a
-// review's attacks). The workers sweep the stream: at start, of what names no
-// sandbox, and once per stream however many calls ask, of what was seen. The stream
-// holds none of them, and alpha's session, on a stream of 1,000 calls, runs.
+// and they would fill the sessions stream for every tenant until its max age (a
+// review's attacks). Some while no worker runs; then floods, each led by duplicates
+// of one id. The sessions stream takes the subjects of the served sandboxes only: the
+// server refuses them at publish, but for a literal '*' session of a served sandbox,
+// one subject, which the opener deletes. The stream holds none of them, and alpha's
+// session, on a stream of 1,000 calls, runs.
 func TestSessionCallsNoWorkerCanTakeDoNotHoldTheStream(t *testing.T) {
 	url, workerSeed, seeds := testenv.TenantsNATS(t, "alpha", "beta")
 	wnc := testenv.ConnectSeed(t, url, workerSeed, nil)
@@ -768,10 +768,16 @@ func TestSessionCallsNoWorkerCanTakeDoNotHoldTheStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := json.Marshal(wire.Job{ExecutionID: "x", Sandbox: "default", SessionID: "x", Script: "1"})
-	for _, subject := range []string{"jazzmine.session.*.x", "jazzmine.session.default.*"} {
-		if _, err := bjs.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: body, Header: nats.Header{wire.HeaderMsgID: {client.NewExecutionID()}}}); err != nil {
-			t.Fatalf("publish %s while no worker runs: %v", subject, err)
+	for _, subject := range []string{"jazzmine.session.*.x", "jazzmine.session.nosuch.x"} {
+		if _, err := bjs.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: body, Header: nats.Header{wire.HeaderMsgID: {client.NewExecutionID()}}}); !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			t.Errorf("publish %s while no worker runs: %v; want no stream response", subject, err)
 		}
+	}
+	// A literal '*' for the session matches the served sandbox's subjects: stored (one
+	// subject a tenant and sandbox, bounded by tenant_backlog), and deleted by the
+	// first opener that sees it.
+	if _, err := bjs.PublishMsg(ctx, &nats.Msg{Subject: "jazzmine.session.default.*", Data: body, Header: nats.Header{wire.HeaderMsgID: {client.NewExecutionID()}}}); err != nil {
+		t.Fatalf("publish a call on a literal session '*' while no worker runs: %v", err)
 	}
 	testworker.Start(t, wnc, testworker.Options{ID: fmt.Sprintf("test-stray-2-%d", time.Now().UnixNano()), Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: bounded})
 	sessions := fleetStream(t, wnc, wire.StreamSessions)
@@ -782,7 +788,7 @@ func TestSessionCallsNoWorkerCanTakeDoNotHoldTheStream(t *testing.T) {
 		}
 		return len(info.State.Subjects)
 	}
-	testenv.WaitFor(t, 30*time.Second, "the calls published while no worker ran to leave the sessions stream", func() bool { return held() == 0 })
+	testenv.WaitFor(t, 30*time.Second, "the call published while no worker ran to leave the sessions stream", func() bool { return held() == 0 })
 
 	for _, pattern := range []string{"jazzmine.session.*.w%d-%d", "jazzmine.session.nosuch%d.s%d"} {
 		pad := client.NewExecutionID() // after its first, every pad is a duplicate
@@ -802,7 +808,9 @@ func TestSessionCallsNoWorkerCanTakeDoNotHoldTheStream(t *testing.T) {
 			}
 		}
 	}
-	testenv.WaitFor(t, time.Minute, "the floods' calls to leave the sessions stream", func() bool { return held() == 0 })
+	if n := held(); n != 0 {
+		t.Errorf("the sessions stream holds calls of %d subjects of the floods", n)
+	}
 	s := tenantClient(t, testenv.ConnectSeed(t, url, seeds["alpha"], nil)).NewSession("default")
 	if res, err := s.Run(ctx, wire.Job{Mode: wire.ModeInteractive, Script: "emit_result(1)"}); err != nil || !res.Success {
 		t.Errorf("alpha's session call after beta's floods: %+v, %v", res, err)

@@ -4,21 +4,48 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/wire"
 )
 
-// ensureStreams creates or updates the jobs, events and session streams, the files
-// bucket, the key-value buckets and the consumers of each sandbox, so that every
-// worker of a fleet converges on the same definitions whichever starts first.
-func (w *Worker) ensureStreams(ctx context.Context) error {
-	c := &w.cfg
+// topology is what the worker uses of the fleet's NATS: the streams, the buckets and
+// each sandbox's consumers. makeTopology creates or updates them before any part is
+// built, so that every worker of a fleet converges on the same definitions whichever
+// starts first, and the parts get them in their constructors.
+type topology struct {
+	events, sessions jetstream.Stream
+	files            jetstream.ObjectStore
+	// tenantFiles is the config of a tenant's bucket but its name: each is made at
+	// the first store of its artifacts (files.bucket).
+	tenantFiles                                   jetstream.ObjectStoreConfig
+	workers, fleet, cancels, sessionKV, sandboxes jetstream.KeyValue
+	jobs, openers                                 map[string]jetstream.Consumer // by sandbox
+}
+
+// makeTopology creates or updates the jobs, events and session streams, the files
+// bucket, the key-value buckets and the consumers of each sandbox. The jobs and
+// sessions streams take this worker's sandboxes' subjects besides those they have
+// (served.go).
+func makeTopology(ctx context.Context, js jetstream.JetStream, c *Config) (*topology, error) {
+	t := &topology{}
+	for _, step := range []func(context.Context, jetstream.JetStream, *Config) error{t.makeStreams, t.makeFiles, t.makeBuckets, t.makeConsumers} {
+		if err := step(ctx, js, c); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// makeStreams creates or updates the streams.
+func (t *topology) makeStreams(ctx context.Context, js jetstream.JetStream, c *Config) error {
 	streams := []jetstream.StreamConfig{{
 		Name:        wire.StreamExec,
-		Description: "jazzmine jobs, one subject per sandbox (and tenant)",
-		Subjects:    []string{execAll},
+		Description: "jazzmine jobs, one subject per sandbox (and tenant): the sandboxes the fleet serves",
 		Retention:   jetstream.WorkQueuePolicy,
 		Duplicates:  c.DuplicateWindow,
 		// Bounded as below; a tenant's jobs of a sandbox are one subject.
@@ -30,8 +57,7 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		Duplicates:  min(c.DuplicateWindow, c.EventsMaxAge),
 	}, {
 		Name:        wire.StreamSessions,
-		Description: "jazzmine session calls, one subject per session",
-		Subjects:    []string{wire.SessionWildcard, tenantSessionAll},
+		Description: "jazzmine session calls, one subject per session, of the sandboxes the fleet serves",
 		MaxAge:      c.SessionMaxLife + c.EventsMaxAge,
 		Duplicates:  c.DuplicateWindow,
 		// A call is deleted once done with (run, or answered): what the stream holds
@@ -41,28 +67,48 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 	}}
 	for _, cfg := range streams {
 		cfg.Replicas, cfg.Storage = c.Replicas, jetstream.FileStorage
+		old, err := js.Stream(ctx, cfg.Name)
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("look up stream %s: %w", cfg.Name, err)
+		}
+		for _, s := range servedStreams {
+			if s.name == cfg.Name {
+				var subjects []string
+				if old != nil {
+					subjects = old.CachedInfo().Config.Subjects
+				}
+				cfg.Subjects, _ = s.mergeSubjects(subjects, sandboxNames(c.Sandboxes), nil)
+			}
+		}
 		if cfg.Name != wire.StreamEvents {
 			// The backlog's bounds: a publish beyond them fails, and each subject
 			// (a tenant's jobs of a sandbox, a session's calls) has its own.
 			cfg.Discard, cfg.MaxMsgs, cfg.MaxBytes = jetstream.DiscardNew, c.MaxBacklog, c.MaxBacklogBytes
 			cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = max(c.TenantBacklog, -1), c.TenantBacklog > 0
-			if err := w.keepStored(ctx, &cfg); err != nil {
-				return err
+			if old != nil {
+				if err := keepStored(ctx, old, &cfg, c.Logger); err != nil {
+					return err
+				}
 			}
 		}
-		stream, err := w.js.CreateOrUpdateStream(ctx, cfg)
+		stream, err := js.CreateOrUpdateStream(ctx, cfg)
 		if err != nil {
 			return fmt.Errorf("create or update stream %s: %w", cfg.Name, err)
 		}
 		switch cfg.Name {
 		case wire.StreamEvents:
-			w.events.stream = stream
+			t.events = stream
 		case wire.StreamSessions:
-			w.sessions.stream = stream
+			t.sessions = stream
 		}
 	}
+	return nil
+}
+
+// makeFiles creates or updates the files bucket.
+func (t *topology) makeFiles(ctx context.Context, js jetstream.JetStream, c *Config) error {
 	var err error
-	w.files.store, err = w.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	t.files, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      wire.FilesBucket,
 		Description: "jazzmine input files, artifacts and display images; they expire with the events",
 		TTL:         c.EventsMaxAge,
@@ -70,21 +116,26 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 		Replicas:    c.Replicas,
 		Storage:     jetstream.FileStorage,
 	})
-	// Each tenant's bucket is made at the first store of its artifacts (files.bucket).
-	w.files.tenantCfg = jetstream.ObjectStoreConfig{
+	if err != nil {
+		return fmt.Errorf("create or update object store %s: %w", wire.FilesBucket, err)
+	}
+	t.tenantFiles = jetstream.ObjectStoreConfig{
 		Description: "a jazzmine tenant's artifacts and display images; they expire with the events",
 		TTL:         c.EventsMaxAge,
 		MaxBytes:    c.TenantFilesMaxBytes,
 		Replicas:    c.Replicas,
 		Storage:     jetstream.FileStorage,
 	}
-	if err != nil {
-		return fmt.Errorf("create or update object store %s: %w", wire.FilesBucket, err)
+	return nil
+}
+
+// sandboxNames are the names of sandboxes.
+func sandboxNames(sandboxes []Sandbox) []string {
+	names := make([]string, len(sandboxes))
+	for i, sb := range sandboxes {
+		names[i] = sb.Name
 	}
-	if err := w.ensureBuckets(ctx); err != nil {
-		return err
-	}
-	return w.ensureConsumers(ctx)
+	return names
 }
 
 // keepStored keeps what an existing stream holds from the server's making room for
@@ -93,17 +144,11 @@ func (w *Worker) ensureStreams(ctx context.Context) error {
 // were accepted); a stream that dropped its oldest when full and holds more than half
 // cfg's bounds goes on doing so (an earlier version's sessions stream kept every call
 // once run: refusing new calls, it would refuse every one until they aged out). Either is logged; a later start applies cfg.
-func (w *Worker) keepStored(ctx context.Context, cfg *jetstream.StreamConfig) error {
-	stream, err := w.js.Stream(ctx, cfg.Name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("look up stream %s: %w", cfg.Name, err)
-	}
+func keepStored(ctx context.Context, stream jetstream.Stream, cfg *jetstream.StreamConfig, log *slog.Logger) error {
 	old, st := stream.CachedInfo().Config, stream.CachedInfo().State
 	if old.Discard == jetstream.DiscardOld && cfg.Discard == jetstream.DiscardNew &&
 		(cfg.MaxMsgs > 0 && int64(st.Msgs) > cfg.MaxMsgs/2 || cfg.MaxBytes > 0 && int64(st.Bytes) > cfg.MaxBytes/2) {
-		w.log.Warn("a stream keeps dropping its oldest messages for now: it holds more than half its bounds, messages an earlier version kept",
+		log.Warn("a stream keeps dropping its oldest messages for now: it holds more than half its bounds, messages an earlier version kept",
 			"stream", cfg.Name, "msgs", st.Msgs, "bytes", st.Bytes, "max_backlog", cfg.MaxMsgs, "max_backlog_bytes", cfg.MaxBytes)
 		cfg.Discard, cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = jetstream.DiscardOld, old.MaxMsgsPerSubject, false
 		return nil
@@ -111,13 +156,13 @@ func (w *Worker) keepStored(ctx context.Context, cfg *jetstream.StreamConfig) er
 	if cfg.MaxMsgsPerSubject <= 0 || (old.MaxMsgsPerSubject > 0 && old.MaxMsgsPerSubject <= cfg.MaxMsgsPerSubject) {
 		return nil
 	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(cfg.Subjects[0]))
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(">"))
 	if err != nil {
 		return fmt.Errorf("count the queued messages of stream %s: %w", cfg.Name, err)
 	}
 	for subject, n := range info.State.Subjects {
 		if int64(n) > cfg.MaxMsgsPerSubject {
-			w.log.Warn("a stream's bound per subject (tenant_backlog) is not lowered yet: a subject holds more messages than it, which the server would delete",
+			log.Warn("a stream's bound per subject (tenant_backlog) is not lowered yet: a subject holds more messages than it, which the server would delete",
 				"stream", cfg.Name, "subject", subject, "queued", n, "tenant_backlog", cfg.MaxMsgsPerSubject, "kept", old.MaxMsgsPerSubject)
 			cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = old.MaxMsgsPerSubject, old.DiscardNewPerSubject
 			return nil
@@ -126,10 +171,8 @@ func (w *Worker) keepStored(ctx context.Context, cfg *jetstream.StreamConfig) er
 	return nil
 }
 
-// ensureBuckets creates or updates the key-value buckets and hands them to the parts
-// that use them.
-func (w *Worker) ensureBuckets(ctx context.Context) error {
-	c := &w.cfg
+// makeBuckets creates or updates the key-value buckets.
+func (t *topology) makeBuckets(ctx context.Context, js jetstream.JetStream, c *Config) error {
 	for _, b := range []jetstream.KeyValueConfig{
 		{Bucket: BucketWorkers, Description: "live jazzmine workers", TTL: c.LivenessTTL},
 		{Bucket: BucketCancels, Description: "cancelled jazzmine executions", TTL: c.EventsMaxAge},
@@ -138,31 +181,31 @@ func (w *Worker) ensureBuckets(ctx context.Context) error {
 		{Bucket: wire.SandboxesBucket, Description: "jazzmine sandboxes the fleet serves: their tools and limits", TTL: SandboxesTTL},
 	} {
 		b.Replicas, b.History = c.Replicas, 1
-		kv, err := w.js.CreateOrUpdateKeyValue(ctx, b)
+		kv, err := js.CreateOrUpdateKeyValue(ctx, b)
 		if err != nil {
 			return fmt.Errorf("create or update bucket %s: %w", b.Bucket, err)
 		}
 		switch b.Bucket {
 		case BucketWorkers:
-			w.live.workers = kv
+			t.workers = kv
 		case BucketCancels:
-			w.cancels.kv = kv
+			t.cancels = kv
 		case BucketFleet:
-			w.live.fleet = kv
+			t.fleet = kv
 		case BucketSessions:
-			w.sessions.kv = kv
+			t.sessionKV = kv
 		case wire.SandboxesBucket:
-			w.catalog.kv = kv
+			t.sandboxes = kv
 		}
 	}
 	return nil
 }
 
-// ensureConsumers creates or updates each sandbox's jobs consumer and session opener.
-func (w *Worker) ensureConsumers(ctx context.Context) error {
-	c := &w.cfg
+// makeConsumers creates or updates each sandbox's jobs consumer and session opener.
+func (t *topology) makeConsumers(ctx context.Context, js jetstream.JetStream, c *Config) error {
+	t.jobs, t.openers = map[string]jetstream.Consumer{}, map[string]jetstream.Consumer{}
 	for _, sb := range c.Sandboxes {
-		cons, err := w.js.CreateOrUpdateConsumer(ctx, wire.StreamExec, jetstream.ConsumerConfig{
+		cons, err := js.CreateOrUpdateConsumer(ctx, wire.StreamExec, jetstream.ConsumerConfig{
 			Durable:        wire.ConsumerName(sb.Name),
 			Description:    "jobs of sandbox " + sb.Name,
 			FilterSubjects: tenantExecSubjects(sb.Name),
@@ -177,8 +220,8 @@ func (w *Worker) ensureConsumers(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("create or update consumer for sandbox %q: %w", sb.Name, err)
 		}
-		w.producer.consumers[sb.Name] = cons
-		opener, err := w.ensureOpener(ctx, jetstream.ConsumerConfig{
+		t.jobs[sb.Name] = cons
+		opener, err := makeOpener(ctx, js, jetstream.ConsumerConfig{
 			Durable:        wire.SessionOpenerName(sb.Name),
 			Description:    "calls of sandbox " + sb.Name + "'s sessions, to open and answer for them",
 			FilterSubjects: tenantSessionSubjects(sb.Name),
@@ -199,16 +242,16 @@ func (w *Worker) ensureConsumers(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("create or update the session opener of sandbox %q: %w", sb.Name, err)
 		}
-		w.sessions.openers[sb.Name] = opener
+		t.openers[sb.Name] = opener
 	}
 	return nil
 }
 
-// ensureOpener creates or updates a session opener. An opener a fleet made before
+// makeOpener creates or updates a session opener. An opener a fleet made before
 // keeps its deliver policy, which JetStream does not let an update change (openers
 // used to deliver only the calls stored after they were made).
-func (w *Worker) ensureOpener(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	old, err := w.js.Consumer(ctx, wire.StreamSessions, cfg.Durable)
+func makeOpener(ctx context.Context, js jetstream.JetStream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	old, err := js.Consumer(ctx, wire.StreamSessions, cfg.Durable)
 	switch {
 	case err == nil:
 		kept := old.CachedInfo().Config
@@ -216,33 +259,62 @@ func (w *Worker) ensureOpener(ctx context.Context, cfg jetstream.ConsumerConfig)
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
 		return nil, err
 	}
-	return w.js.CreateOrUpdateConsumer(ctx, wire.StreamSessions, cfg)
+	return js.CreateOrUpdateConsumer(ctx, wire.StreamSessions, cfg)
 }
 
-// scan calls f with each message of stream whose subject matches filter, in order,
-// from stream sequence from (the first, for 0) to the last one stored when it starts,
-// until f returns false; it reads at most limit of them and says whether it read
-// them all. It gets them one at a time: a work queue takes no second consumer over
-// subjects its consumers filter, and a message deleted meanwhile is skipped. Only
-// rare paths use it (a cancel, a job no worker can take, a session's end).
-func scan(ctx context.Context, stream jetstream.Stream, filter string, from uint64, limit int, f func(*jetstream.RawStreamMsg) bool) (complete bool, err error) {
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
-	if err != nil || len(info.State.Subjects) == 0 {
-		return err == nil, err
+// servedStream is one of the two streams whose subjects are the served sandboxes'.
+type servedStream struct {
+	name string
+	// subjects are a sandbox's subjects in the stream, from every tenant.
+	subjects func(sandbox string) []string
+	// sandbox returns the sandbox of one of those subjects; false for another shape.
+	sandbox func(subject string) (string, bool)
+}
+
+var servedStreams = []servedStream{{
+	name:     wire.StreamExec,
+	subjects: tenantExecSubjects,
+	sandbox:  func(s string) (string, bool) { return sandboxToken(s, wire.SubjectPrefixExec, 0) },
+}, {
+	name:     wire.StreamSessions,
+	subjects: tenantSessionSubjects,
+	sandbox:  func(s string) (string, bool) { return sandboxToken(s, wire.SubjectPrefixSession, 1) },
+}}
+
+// sandboxToken returns the sandbox named by a subject prefix.<sandbox>[.x] or
+// prefix.*.<sandbox>[.x] (fromEnd tokens after it), if it has one of those shapes.
+func sandboxToken(subject, prefix string, fromEnd int) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, prefix+".")
+	if !ok {
+		return "", false
 	}
-	seq, last := max(info.State.FirstSeq, from), info.State.LastSeq
-	for range limit {
-		msg, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return true, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		if !f(msg) || msg.Sequence >= last {
-			return true, nil
-		}
-		seq = msg.Sequence + 1
+	tokens := strings.Split(rest, ".")
+	n := len(tokens) - fromEnd
+	if n < 1 || n > 2 || (n == 2 && tokens[0] != "*") || (fromEnd == 1 && tokens[len(tokens)-1] != "*") {
+		return "", false
 	}
-	return false, nil
+	sandbox := tokens[n-1]
+	return sandbox, wire.ValidateID("sandbox", sandbox) == nil
+}
+
+// mergeSubjects returns old's subjects of stream s that name a sandbox, with those
+// of sandboxes added and those of dropped left out, in a stable order; changed says
+// whether they differ from old.
+func (s servedStream) mergeSubjects(old []string, add, drop []string) (subjects []string, changed bool) {
+	for _, subject := range old {
+		if sb, ok := s.sandbox(subject); ok && !slices.Contains(drop, sb) {
+			subjects = append(subjects, subject)
+		}
+	}
+	for _, sb := range add {
+		for _, subject := range s.subjects(sb) {
+			if !slices.Contains(subjects, subject) {
+				subjects = append(subjects, subject)
+			}
+		}
+	}
+	slices.Sort(subjects)
+	old = slices.Clone(old)
+	slices.Sort(old)
+	return subjects, !slices.Equal(subjects, old)
 }
