@@ -82,7 +82,7 @@ func TestLogicWaitersAreServedInTheOrderTheyCame(t *testing.T) {
 
 func TestLogicACallerWhoGivesUpLeavesTheContainerStartedForItToTheNextCaller(t *testing.T) {
 	logic(t, func(t *testing.T) {
-		e := &engine{start: func(int) startPlan { return startPlan{delay: 2 * time.Second} }}
+		e := &engine{Start: func(int) startPlan { return startPlan{Delay: 2 * time.Second} }}
 		p := fakePool(t, e, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{fakeSandbox("s", 0, 1)}})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -100,8 +100,8 @@ func TestLogicACallerWhoGivesUpLeavesTheContainerStartedForItToTheNextCaller(t *
 		began = time.Now()
 		l := checkout(t, p, "s")
 		defer l.Release()
-		if time.Since(began) != 0 || e.createCount() != 1 {
-			t.Errorf("the next caller waited %v and the engine made %d containers, want the idle one at once", time.Since(began), e.createCount())
+		if time.Since(began) != 0 || e.CreateCount() != 1 {
+			t.Errorf("the next caller waited %v and the engine made %d containers, want the idle one at once", time.Since(began), e.CreateCount())
 		}
 		if s := stats(p, "s"); s.Checkouts != 1 || s.CheckoutWaits != 0 || s.Spawned != 1 {
 			t.Errorf("stats = %+v, want one checkout, without a wait", s)
@@ -189,8 +189,8 @@ func TestLogicOverflowContainersStartOnDemandAndGoWhenIdle(t *testing.T) {
 				sb.IdleTimeout = time.Minute
 				p := fakePool(t, e, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{sb}})
 				capacity := tc.poolSize + tc.overflow
-				if s := stats(p, "s"); s.Idle != tc.poolSize || e.createCount() != tc.poolSize {
-					t.Fatalf("after Start: %+v, %d containers made, want %d warm", s, e.createCount(), tc.poolSize)
+				if s := stats(p, "s"); s.Idle != tc.poolSize || e.CreateCount() != tc.poolSize {
+					t.Fatalf("after Start: %+v, %d containers made, want %d warm", s, e.CreateCount(), tc.poolSize)
 				}
 				var leases []*sandboxpool.Lease
 				ids := map[string]bool{}
@@ -207,7 +207,7 @@ func TestLogicOverflowContainersStartOnDemandAndGoWhenIdle(t *testing.T) {
 				if _, err := p.Checkout(ctx, "s"); !errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("a checkout past capacity: %v, want it to wait until its ctx ends", err)
 				}
-				if n := e.createCount(); n != capacity {
+				if n := e.CreateCount(); n != capacity {
 					t.Errorf("the engine made %d containers, want no more than the capacity %d", n, capacity)
 				}
 				for _, l := range leases {
@@ -217,8 +217,8 @@ func TestLogicOverflowContainersStartOnDemandAndGoWhenIdle(t *testing.T) {
 					t.Errorf("after release: %d idle, want %d", s.Idle, capacity)
 				}
 				settle(t, 5*time.Minute, "the idle overflow to go", func() bool { return stats(p, "s").Total == tc.poolSize })
-				if s := stats(p, "s"); s.Idle != tc.poolSize || s.Retired[sandboxpool.RetireIdle] != uint64(tc.overflow) || len(e.live()) != tc.poolSize {
-					t.Errorf("after the idle timeout: %+v, %d containers in the engine, want the %d warm ones", s, len(e.live()), tc.poolSize)
+				if s := stats(p, "s"); s.Idle != tc.poolSize || s.Retired[sandboxpool.RetireIdle] != uint64(tc.overflow) || len(e.Live()) != tc.poolSize {
+					t.Errorf("after the idle timeout: %+v, %d containers in the engine, want the %d warm ones", s, len(e.Live()), tc.poolSize)
 				}
 			})
 		})
@@ -235,7 +235,7 @@ func TestLogicCloseIsIdempotentAndBoundedByItsContext(t *testing.T) {
 				if err := p.Close(context.Background()); err != nil {
 					t.Fatalf("close: %v", err)
 				}
-				if live := e.live(); len(live) != 0 {
+				if live := e.Live(); len(live) != 0 {
 					t.Fatalf("containers after Close: %v", live)
 				}
 			}
@@ -252,7 +252,7 @@ func TestLogicCloseIsIdempotentAndBoundedByItsContext(t *testing.T) {
 		logic(t, func(t *testing.T) {
 			e := &engine{}
 			p := fakePool(t, e, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{fakeSandbox("s", 1, 0)}})
-			gate := e.holdRemovals()
+			gate := e.HoldRemovals()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			began := time.Now()
@@ -264,7 +264,7 @@ func TestLogicCloseIsIdempotentAndBoundedByItsContext(t *testing.T) {
 	})
 	t.Run("Close abandons a start under way and tells its waiter", func(t *testing.T) {
 		logic(t, func(t *testing.T) {
-			e := &engine{start: func(int) startPlan { return startPlan{delay: time.Hour} }}
+			e := &engine{Start: func(int) startPlan { return startPlan{Delay: time.Hour} }}
 			p := fakePool(t, e, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{fakeSandbox("s", 0, 1)}})
 			waited := make(chan error, 1)
 			go func() { _, err := p.Checkout(context.Background(), "s"); waited <- err }()
@@ -276,7 +276,7 @@ func TestLogicCloseIsIdempotentAndBoundedByItsContext(t *testing.T) {
 			if err := <-waited; !errors.Is(err, sandboxpool.ErrClosed) {
 				t.Errorf("the waiter: %v, want ErrClosed", err)
 			}
-			if live := e.live(); len(live) != 0 {
+			if live := e.Live(); len(live) != 0 {
 				t.Errorf("the container of the abandoned start is left: %v", live)
 			}
 		})
@@ -286,7 +286,7 @@ func TestLogicCloseIsIdempotentAndBoundedByItsContext(t *testing.T) {
 			// The engine finishes a create whose request was aborted: had the pool
 			// given up on it, the container would appear after Close, created and
 			// never started, with nobody to remove it.
-			e := &engine{createDelay: time.Second}
+			e := &engine{CreateDelay: time.Second}
 			p := fakePool(t, e, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{fakeSandbox("s", 0, 1)}})
 			waited := make(chan error, 1)
 			go func() { _, err := p.Checkout(context.Background(), "s"); waited <- err }()
@@ -299,8 +299,8 @@ func TestLogicCloseIsIdempotentAndBoundedByItsContext(t *testing.T) {
 				t.Errorf("the waiter: %v, want ErrClosed", err)
 			}
 			time.Sleep(time.Minute) // anything the engine still had to make, it has made
-			if live := e.live(); len(live) != 0 || e.createCount() != 1 {
-				t.Errorf("after Close: %d created, %v left, want the one created and removed", e.createCount(), live)
+			if live := e.Live(); len(live) != 0 || e.CreateCount() != 1 {
+				t.Errorf("after Close: %d created, %v left, want the one created and removed", e.CreateCount(), live)
 			}
 		})
 	})
@@ -327,12 +327,12 @@ func TestLogicReleaseIsSafeTwice(t *testing.T) {
 
 func TestLogicStatsCountWhatHappened(t *testing.T) {
 	logic(t, func(t *testing.T) {
-		e := &engine{start: func(n int) startPlan {
+		e := &engine{Start: func(n int) startPlan {
 			switch n {
 			case 2:
-				return startPlan{delay: 2 * time.Second}
+				return startPlan{Delay: 2 * time.Second}
 			case 3:
-				return startPlan{err: errBoom}
+				return startPlan{Err: errBoom}
 			}
 			return startPlan{}
 		}}
@@ -417,13 +417,13 @@ func TestLogicAContainerPastItsAgeIsReplaced(t *testing.T) {
 			l.Release()
 			time.Sleep(sandboxpool.DefaultMaxAge - time.Minute)
 			synctest.Wait()
-			if e.wasRemoved(old) || e.createCount() != 1 {
-				t.Fatalf("a container younger than its max age was replaced (%d made)", e.createCount())
+			if e.WasRemoved(old) || e.CreateCount() != 1 {
+				t.Fatalf("a container younger than its max age was replaced (%d made)", e.CreateCount())
 			}
-			settle(t, 2*time.Minute, "the old container to be replaced", func() bool { return e.wasRemoved(old) })
+			settle(t, 2*time.Minute, "the old container to be replaced", func() bool { return e.WasRemoved(old) })
 			s := stats(p, "s")
-			if s.Retired[sandboxpool.RetireMaxAge] != 1 || s.Idle != 1 || s.Total != 1 || e.createCount() != 2 {
-				t.Fatalf("after its max age: %+v, %d made; want it retired for max_age and one new idle", s, e.createCount())
+			if s.Retired[sandboxpool.RetireMaxAge] != 1 || s.Idle != 1 || s.Total != 1 || e.CreateCount() != 2 {
+				t.Fatalf("after its max age: %+v, %d made; want it retired for max_age and one new idle", s, e.CreateCount())
 			}
 			if l := checkout(t, p, "s"); l.ContainerID() == old {
 				t.Error("the checkout after the max age got the old container")
@@ -440,12 +440,12 @@ func TestLogicAContainerPastItsAgeIsReplaced(t *testing.T) {
 			old := l.ContainerID()
 			time.Sleep(sandboxpool.DefaultMaxAge + time.Minute)
 			synctest.Wait()
-			if e.wasRemoved(old) {
+			if e.WasRemoved(old) {
 				t.Fatal("a container in use was removed for its age")
 			}
 			l.Release()
 			settle(t, time.Minute, "a new container", func() bool { return stats(p, "s").Idle == 1 })
-			if s := stats(p, "s"); !e.wasRemoved(old) || s.Retired[sandboxpool.RetireMaxAge] != 1 {
+			if s := stats(p, "s"); !e.WasRemoved(old) || s.Retired[sandboxpool.RetireMaxAge] != 1 {
 				t.Errorf("after its release past its max age: %+v; want it retired for max_age", s)
 			}
 		})
@@ -460,9 +460,7 @@ func TestLogicEachContainerRunsAsAUidOfItsOwn(t *testing.T) {
 	logic(t, func(t *testing.T) {
 		e := &engine{}
 		fakePool(t, e, sandboxpool.Config{Sandboxes: []sandboxpool.Sandbox{fakeSandbox("s", 6, 0)}})
-		e.mu.Lock()
-		users := slices.Clone(e.users)
-		e.mu.Unlock()
+		users := e.Users()
 		seen := map[int]bool{}
 		for _, u := range users {
 			var uid, gid int
@@ -480,10 +478,9 @@ func TestLogicEachContainerRunsAsAUidOfItsOwn(t *testing.T) {
 	logic(t, func(t *testing.T) {
 		e := &engine{}
 		fakePool(t, e, sandboxpool.Config{SharedUID: true, Sandboxes: []sandboxpool.Sandbox{fakeSandbox("s", 2, 0)}})
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if want := fmt.Sprintf("%d:%d", sandboxpool.SandboxUID, sandboxpool.SandboxUID); len(e.users) != 2 || e.users[0] != want || e.users[1] != want {
-			t.Errorf("with SharedUID, containers ran as %v; want %s", e.users, want)
+		users := e.Users()
+		if want := fmt.Sprintf("%d:%d", sandboxpool.SandboxUID, sandboxpool.SandboxUID); len(users) != 2 || users[0] != want || users[1] != want {
+			t.Errorf("with SharedUID, containers ran as %v; want %s", users, want)
 		}
 	})
 	for opts, want := range map[string]bool{"name=seccomp,profile=builtin": false, "name=seccomp,profile=builtin name=userns": true, "name=rootless": true} {
@@ -524,7 +521,7 @@ func TestLogicASandboxAddedToAStartedPoolWarmsAndServes(t *testing.T) {
 			t.Error("the added sandbox has no ready container")
 		}
 		checkout(t, p, "later").Release()
-		if n := e.createCount(); n != 3 {
+		if n := e.CreateCount(); n != 3 {
 			t.Errorf("%d containers created, want 3 (1 + 2 warm, no spawn for the checkout)", n)
 		}
 		if err := p.Add(context.Background(), fakeSandbox("later", 1, 0)); err == nil || !strings.Contains(err.Error(), "configured twice") {

@@ -37,8 +37,8 @@ func TestLogicAContainerIsRecycledAfterMaxUses(t *testing.T) {
 					}
 				}
 				worn := uint64((maxUses + 1) / maxUses) // containers that reached MaxUses
-				if s := stats(p, "s"); s.Retired[sandboxpool.RetireMaxUses] != worn || s.Total != 1 || !e.wasRemoved(ids[0]) {
-					t.Errorf("stats %+v, first removed: %v; want %d retired for max uses, the first removed and one left", s, e.wasRemoved(ids[0]), worn)
+				if s := stats(p, "s"); s.Retired[sandboxpool.RetireMaxUses] != worn || s.Total != 1 || !e.WasRemoved(ids[0]) {
+					t.Errorf("stats %+v, first removed: %v; want %d retired for max uses, the first removed and one left", s, e.WasRemoved(ids[0]), worn)
 				}
 			})
 		})
@@ -47,9 +47,9 @@ func TestLogicAContainerIsRecycledAfterMaxUses(t *testing.T) {
 
 func TestLogicAWornOutContainerServesOnUntilItsReplacementIsReady(t *testing.T) {
 	logic(t, func(t *testing.T) {
-		e := &engine{start: func(n int) startPlan {
+		e := &engine{Start: func(n int) startPlan {
 			if n == 2 {
-				return startPlan{delay: 10 * time.Second}
+				return startPlan{Delay: 10 * time.Second}
 			}
 			return startPlan{}
 		}}
@@ -73,7 +73,7 @@ func TestLogicAWornOutContainerServesOnUntilItsReplacementIsReady(t *testing.T) 
 		})
 		next := checkout(t, p, "s")
 		defer next.Release()
-		if next.ContainerID() == first.ContainerID() || !e.wasRemoved(first.ContainerID()) {
+		if next.ContainerID() == first.ContainerID() || !e.WasRemoved(first.ContainerID()) {
 			t.Errorf("got %s once the replacement was ready, want it and %s removed", next.ContainerID(), first.ContainerID())
 		}
 	})
@@ -81,9 +81,9 @@ func TestLogicAWornOutContainerServesOnUntilItsReplacementIsReady(t *testing.T) 
 
 func TestLogicAWornOutContainerWhoseReplacementIsReadyDuringItsResetGoes(t *testing.T) {
 	logic(t, func(t *testing.T) {
-		e := &engine{start: func(n int) startPlan {
+		e := &engine{Start: func(n int) startPlan {
 			if n == 2 {
-				return startPlan{delay: 500 * time.Millisecond}
+				return startPlan{Delay: 500 * time.Millisecond}
 			}
 			return startPlan{}
 		}}
@@ -94,7 +94,7 @@ func TestLogicAWornOutContainerWhoseReplacementIsReadyDuringItsResetGoes(t *test
 		run(t, l, "slowreset")   // its harness resets in a second, the replacement starts in half
 		l.Release()
 		settle(t, time.Minute, "the worn-out container to go", func() bool { return stats(p, "s").Retired[sandboxpool.RetireMaxUses] == 1 })
-		if s := stats(p, "s"); s.Total != 1 || s.Idle != 1 || !e.wasRemoved(l.ContainerID()) {
+		if s := stats(p, "s"); s.Total != 1 || s.Idle != 1 || !e.WasRemoved(l.ContainerID()) {
 			t.Errorf("stats %+v, want the replacement alone and %s removed", s, l.ContainerID())
 		}
 	})
@@ -131,7 +131,7 @@ func TestLogicAContainerIsRetiredNotReusedWhen(t *testing.T) {
 				if s := stats(p, "s"); s.Retired[tc.wantReason] != 1 || s.Total != 1 {
 					t.Errorf("stats %+v, want one container retired as %s and one in its place", s, tc.wantReason)
 				}
-				if !e.wasRemoved(l.ContainerID()) {
+				if !e.WasRemoved(l.ContainerID()) {
 					t.Errorf("container %s is still in the engine", l.ContainerID())
 				}
 				next := checkout(t, p, "s")
@@ -162,7 +162,7 @@ func TestLogicAnIdleContainerIsReplacedWhen(t *testing.T) {
 		{"it is killed from outside", func(e *engine, l *sandboxpool.Lease) {
 			l.Release()
 			synctest.Wait()
-			e.kill(l.ContainerID())
+			e.Kill(l.ContainerID())
 		}, 0, sandboxpool.RetireExited},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -179,7 +179,7 @@ func TestLogicAnIdleContainerIsReplacedWhen(t *testing.T) {
 					t.Fatal("the spoiled container was lent again")
 				}
 				synctest.Wait() // for its removal
-				if s := stats(p, "s"); s.Retired[tc.wantReason] != 1 || s.Total != 1 || !e.wasRemoved(l.ContainerID()) {
+				if s := stats(p, "s"); s.Retired[tc.wantReason] != 1 || s.Total != 1 || !e.WasRemoved(l.ContainerID()) {
 					t.Errorf("stats %+v, want the container retired as %s and removed", s, tc.wantReason)
 				}
 			})
@@ -194,13 +194,13 @@ func TestLogicAFailedStart(t *testing.T) {
 		wantErr  error
 		wantText string
 	}{
-		{"gives the runtime's error to the caller who waits for it", startPlan{err: errBoom}, errBoom, "start container"},
-		{"of a harness that dies before ready gives its stderr", startPlan{stderr: "ImportError: no module named tools\n"}, harness.ErrClosed, "container stderr: ImportError"},
-		{"of a harness that never says ready ends at the ready timeout", startPlan{silent: true}, context.DeadlineExceeded, "sent no ready line within 30s"},
+		{"gives the runtime's error to the caller who waits for it", startPlan{Err: errBoom}, errBoom, "start container"},
+		{"of a harness that dies before ready gives its stderr", startPlan{Stderr: "ImportError: no module named tools\n"}, harness.ErrClosed, "container stderr: ImportError"},
+		{"of a harness that never says ready ends at the ready timeout", startPlan{Silent: true}, context.DeadlineExceeded, "sent no ready line within 30s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logic(t, func(t *testing.T) {
-				e := &engine{start: func(n int) startPlan {
+				e := &engine{Start: func(n int) startPlan {
 					if n == 1 {
 						return tc.plan
 					}
@@ -212,8 +212,8 @@ func TestLogicAFailedStart(t *testing.T) {
 					t.Fatalf("checkout: %v, want %v and %q", err, tc.wantErr, tc.wantText)
 				}
 				synctest.Wait()
-				if s := stats(p, "s"); s.SpawnFailures != 1 || s.Total != 0 || len(e.live()) != 0 {
-					t.Errorf("stats %+v, containers %v: want the failure counted, its slot free and its container removed", s, e.live())
+				if s := stats(p, "s"); s.SpawnFailures != 1 || s.Total != 0 || len(e.Live()) != 0 {
+					t.Errorf("stats %+v, containers %v: want the failure counted, its slot free and its container removed", s, e.Live())
 				}
 				l := checkout(t, p, "s")
 				l.Release()
@@ -224,9 +224,9 @@ func TestLogicAFailedStart(t *testing.T) {
 
 func TestLogicThePoolWaitsOutTheBackoffBeforeItStartsAgain(t *testing.T) {
 	logic(t, func(t *testing.T) {
-		e := &engine{start: func(n int) startPlan {
+		e := &engine{Start: func(n int) startPlan {
 			if n <= 3 {
-				return startPlan{err: errBoom}
+				return startPlan{Err: errBoom}
 			}
 			return startPlan{}
 		}}
@@ -236,7 +236,7 @@ func TestLogicThePoolWaitsOutTheBackoffBeforeItStartsAgain(t *testing.T) {
 		}
 		settle(t, 5*time.Minute, "a warm container", func() bool { return stats(p, "s").Idle == 1 })
 		time.Sleep(time.Minute) // and no start after it
-		starts := e.startTimes()
+		starts := e.StartTimes()
 		if len(starts) != 4 {
 			t.Fatalf("%d starts, want 3 that fail and 1 that works", len(starts))
 		}
@@ -253,9 +253,9 @@ func TestLogicThePoolWaitsOutTheBackoffBeforeItStartsAgain(t *testing.T) {
 
 func TestLogicACallerDoesNotWaitOutTheBackoff(t *testing.T) {
 	logic(t, func(t *testing.T) {
-		e := &engine{start: func(n int) startPlan {
+		e := &engine{Start: func(n int) startPlan {
 			if n == 1 {
-				return startPlan{err: errBoom}
+				return startPlan{Err: errBoom}
 			}
 			return startPlan{}
 		}}

@@ -6,56 +6,67 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/jazzmine/worker/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Served subjects. The jobs stream and the sessions stream capture the subjects of
 // the sandboxes the fleet serves, and no others: a job or a session call for a
-// sandbox nobody serves, or on a subject with a literal wildcard, finds no stream and
-// the server answers its publish with "no responders" (the client's
+// sandbox nobody serves, or with a literal wildcard for its sandbox, finds no stream
+// and the server answers its publish with "no responders" (the client's
 // ErrUnknownSandbox), whether or not a worker runs. Nothing is stored that no worker
-// would take, so nothing has to be answered or swept afterwards.
+// would take. (A session call with a literal '*' for its session id matches its
+// sandbox's subject: the opener deletes it.)
 //
 // Each worker adds its sandboxes' subjects when it starts (a sandbox whose image is
-// still being built included: its jobs queue), checks them at every liveness beat
-// (two workers updating a stream at once may each write the subjects it read, and
-// one's are lost until its next beat), and names its sandboxes in its liveness entry.
-// A sandbox that no live worker names for DefaultUnservedGrace (Config.UnservedGrace)
-// leaves the subjects; its jobs published before stay stored, and run when a worker
-// serves it again. Subjects of another shape (an earlier version's jazzmine.exec.>)
-// are replaced.
-
-// liveEntry is a worker's entry in BucketWorkers.
-type liveEntry struct {
-	At        time.Time `json:"at"`
-	Sandboxes []string  `json:"sandboxes"`
-}
+// still being built included: its jobs queue), checks them at every liveness beat,
+// and names its sandboxes in its liveness entry. A change of the subjects is made
+// holding the fleet's lock on them (withSubjectsLock): JetStream replaces a stream's
+// config whole, with no revision to check, and two workers changing it at once would
+// each write what it read. A sandbox that no live worker names for
+// DefaultUnservedGrace (Config.UnservedGrace) leaves the subjects, and the jobs it
+// still held get their end: an invalid_job error saying so (retire). Subjects of
+// another shape (an earlier version's jazzmine.exec.>) are replaced, once no worker
+// of that version is alive: its entry names no sandbox, and such a worker may serve
+// any.
 
 // served keeps this worker's sandboxes among the streams' subjects, and takes out
 // those of the sandboxes no live worker serves any more.
 type served struct {
-	js      jetstream.JetStream
-	workers jetstream.KeyValue // BucketWorkers
-	own     []string           // this worker's sandboxes
-	grace   time.Duration
-	log     *slog.Logger
+	js             jetstream.JetStream
+	workers, fleet jetstream.KeyValue // BucketWorkers, BucketFleet (the lock)
+	events         *events            // the ends of the jobs of a retired sandbox
+	id             string
+	own            []string // this worker's sandboxes
+	grace          time.Duration
+	maxScript      int
+	log            *slog.Logger
 
 	mu      sync.Mutex
 	missing map[string]time.Time // sandboxes of the subjects no live worker named, since when
 }
 
-func newServed(js jetstream.JetStream, workers jetstream.KeyValue, sandboxes []Sandbox, grace time.Duration, log *slog.Logger) *served {
-	return &served{js: js, workers: workers, own: sandboxNames(sandboxes), grace: grace, log: log, missing: map[string]time.Time{}}
+func newServed(js jetstream.JetStream, topo *topology, ev *events, c *Config) *served {
+	return &served{js: js, workers: topo.workers, fleet: topo.fleet, events: ev, id: c.WorkerID, own: sandboxNames(c.Sandboxes),
+		grace: c.UnservedGrace, maxScript: c.MaxScriptBytes, log: c.Logger, missing: map[string]time.Time{}}
 }
 
 // ensure adds this worker's subjects to both streams where they are missing.
 func (sv *served) ensure(ctx context.Context) error {
 	for _, s := range servedStreams {
-		if err := sv.update(ctx, s, sv.own, nil); err != nil {
+		stream, err := sv.js.Stream(ctx, s.name)
+		if err != nil {
+			return fmt.Errorf("look up stream %s: %w", s.name, err)
+		}
+		if _, changed := s.mergeSubjects(stream.CachedInfo().Config.Subjects, sv.own, nil); !changed {
+			continue // the common case: one look, no lock
+		}
+		if err := withSubjectsLock(ctx, sv.fleet, sv.id, func() error { return sv.update(ctx, s, sv.own, nil) }); err != nil {
 			return err
 		}
 	}
@@ -63,7 +74,8 @@ func (sv *served) ensure(ctx context.Context) error {
 }
 
 // update adds the subjects of the sandboxes add to stream s and takes out those of
-// drop, if that changes them.
+// drop, if that changes them; the caller holds the lock. It changes nothing while a
+// worker of an earlier version lives and the stream has its subjects.
 func (sv *served) update(ctx context.Context, s servedStream, add, drop []string) error {
 	stream, err := sv.js.Stream(ctx, s.name)
 	if err != nil {
@@ -71,11 +83,11 @@ func (sv *served) update(ctx context.Context, s servedStream, add, drop []string
 	}
 	cfg := stream.CachedInfo().Config
 	subjects, changed := s.mergeSubjects(cfg.Subjects, add, drop)
-	if !changed {
+	if !changed || len(subjects) == 0 { // a stream has a subject at least: the last sandbox's stay
 		return nil
 	}
-	if len(subjects) == 0 {
-		return nil // a stream has a subject at least: the last sandbox's stay
+	if earlier, err := earlierVersionLives(ctx, sv.workers, s, cfg.Subjects); err != nil || earlier {
+		return err
 	}
 	cfg.Subjects = subjects
 	if _, err := sv.js.UpdateStream(ctx, cfg); err != nil {
@@ -92,29 +104,13 @@ func (sv *served) entry() []byte {
 }
 
 // retire takes out of both streams the subjects of the sandboxes that no live worker
-// has named for the grace. An entry it cannot read (a worker of an earlier version,
-// whose entry named no sandbox) stops it: that worker may serve any of them.
+// has named for the grace, and ends the jobs the jobs stream holds on subjects it no
+// longer takes (ended). A worker of an earlier version alive stops it: it may serve
+// any sandbox.
 func (sv *served) retire(ctx context.Context) error {
-	names, err := sv.workers.ListKeys(ctx)
-	if err != nil {
-		return fmt.Errorf("list live workers: %w", err)
-	}
-	live := map[string]bool{}
-	for id := range names.Keys() {
-		e, err := sv.workers.Get(ctx, id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("read the liveness of worker %s: %w", id, err)
-		}
-		var entry liveEntry
-		if json.Unmarshal(e.Value(), &entry) != nil {
-			return nil
-		}
-		for _, sb := range entry.Sandboxes {
-			live[sb] = true
-		}
+	live, earlier, err := liveSandboxes(ctx, sv.workers)
+	if err != nil || earlier {
+		return err
 	}
 	now := time.Now()
 	for _, s := range servedStreams {
@@ -124,25 +120,78 @@ func (sv *served) retire(ctx context.Context) error {
 		}
 		var gone []string
 		sv.mu.Lock()
+		missing := map[string]time.Time{} // only what is still missing: a sandbox served again waits the grace anew
 		for _, subject := range stream.CachedInfo().Config.Subjects {
-			sb, ok := s.sandbox(subject)
-			if !ok || live[sb] {
-				delete(sv.missing, sb)
-				continue
-			}
-			since, seen := sv.missing[sb]
-			if !seen {
-				sv.missing[sb] = now
-			} else if now.Sub(since) >= sv.grace && !slices.Contains(gone, sb) {
-				gone = append(gone, sb)
+			if sb, ok := s.sandbox(subject); ok && !live[sb] {
+				missing[sb] = now
+				if since, seen := sv.missing[sb]; seen {
+					missing[sb] = since
+					if now.Sub(since) >= sv.grace && !slices.Contains(gone, sb) {
+						gone = append(gone, sb)
+					}
+				}
 			}
 		}
+		sv.missing = missing
 		sv.mu.Unlock()
 		if len(gone) > 0 {
-			if err := sv.update(ctx, s, nil, gone); err != nil {
+			if err := withSubjectsLock(ctx, sv.fleet, sv.id, func() error { return sv.update(ctx, s, nil, gone) }); err != nil {
 				return err
 			}
 		}
 	}
+	return sv.endOrphans(ctx)
+}
+
+// endOrphans ends each job the jobs stream holds on a subject it no longer takes (a
+// sandbox retired, or a shape of an earlier version): an invalid_job error under its
+// id, if it owns one, and the subject purged. Nobody would ever take them, and they
+// would hold the backlog's room for good.
+func (sv *served) endOrphans(ctx context.Context) error {
+	stream, err := sv.js.Stream(ctx, wire.StreamExec)
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", wire.StreamExec, err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		return fmt.Errorf("list the subjects of stream %s: %w", wire.StreamExec, err)
+	}
+	for subject := range info.State.Subjects {
+		if slices.ContainsFunc(info.Config.Subjects, func(taken string) bool { return subjectMatches(taken, subject) }) {
+			continue
+		}
+		_, err := scan(ctx, stream, subject, 0, math.MaxInt, func(m *jetstream.RawStreamMsg) bool {
+			if m.Subject == subject { // a literal wildcard matches others too
+				sv.endOrphan(storedMsg{m})
+				// One at a time: a purge by a subject with a literal wildcard
+				// would take every subject it matches.
+				if err := stream.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+					sv.log.Warn("delete a job nobody takes", "subject", subject, "seq", m.Sequence, "err", err)
+				}
+			}
+			return ctx.Err() == nil
+		})
+		if err != nil {
+			return fmt.Errorf("read the jobs of %s: %w", subject, err)
+		}
+	}
 	return nil
+}
+
+// endOrphan publishes the end of a job nobody takes.
+func (sv *served) endOrphan(m storedMsg) {
+	tenant, sandbox, _ := wire.ParseExecSubject(m.Subject())
+	job, ref, ct, err := decode(sandbox, m, sv.maxScript)
+	if ref.id == "" {
+		return // nothing can be published under it
+	}
+	var meta map[string]string
+	if err == nil {
+		meta = job.Metadata
+	}
+	ref.tenant = tenant
+	msg := fmt.Sprintf("unknown sandbox %q: no worker has served it for %v, and its queued jobs end", sandbox, sv.grace)
+	if perr := sv.events.publisher(ref, 1, ct, meta).terminal(wire.KindInvalidJob, msg); perr != nil {
+		sv.log.Warn("publish the end of a job nobody takes", "execution_id", ref, "err", perr)
+	}
 }

@@ -2,11 +2,14 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -33,7 +36,7 @@ type topology struct {
 // (served.go).
 func makeTopology(ctx context.Context, js jetstream.JetStream, c *Config) (*topology, error) {
 	t := &topology{}
-	for _, step := range []func(context.Context, jetstream.JetStream, *Config) error{t.makeStreams, t.makeFiles, t.makeBuckets, t.makeConsumers} {
+	for _, step := range []func(context.Context, jetstream.JetStream, *Config) error{t.makeBuckets, t.makeStreams, t.makeFiles, t.makeConsumers} {
 		if err := step(ctx, js, c); err != nil {
 			return nil, err
 		}
@@ -67,40 +70,63 @@ func (t *topology) makeStreams(ctx context.Context, js jetstream.JetStream, c *C
 	}}
 	for _, cfg := range streams {
 		cfg.Replicas, cfg.Storage = c.Replicas, jetstream.FileStorage
-		old, err := js.Stream(ctx, cfg.Name)
-		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("look up stream %s: %w", cfg.Name, err)
+		do := func() error { return t.makeStream(ctx, js, c, cfg) }
+		if cfg.Name != wire.StreamEvents {
+			// The served subjects change under the fleet's lock (served.go).
+			f := do
+			do = func() error { return withSubjectsLock(ctx, t.fleet, c.WorkerID, f) }
 		}
-		for _, s := range servedStreams {
-			if s.name == cfg.Name {
-				var subjects []string
-				if old != nil {
-					subjects = old.CachedInfo().Config.Subjects
-				}
+		if err := do(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// makeStream creates or updates one stream; the jobs and sessions streams take this
+// worker's sandboxes' subjects besides those they have.
+func (t *topology) makeStream(ctx context.Context, js jetstream.JetStream, c *Config, cfg jetstream.StreamConfig) error {
+	old, err := js.Stream(ctx, cfg.Name)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("look up stream %s: %w", cfg.Name, err)
+	}
+	for _, s := range servedStreams {
+		if s.name != cfg.Name {
+			continue
+		}
+		cfg.Subjects, _ = s.mergeSubjects(nil, sandboxNames(c.Sandboxes), nil)
+		if old != nil {
+			subjects := old.CachedInfo().Config.Subjects
+			earlier, err := earlierVersionLives(ctx, t.workers, s, subjects)
+			if err != nil {
+				return err
+			}
+			cfg.Subjects = subjects // an earlier version's wildcard takes this worker's too
+			if !earlier {
 				cfg.Subjects, _ = s.mergeSubjects(subjects, sandboxNames(c.Sandboxes), nil)
 			}
 		}
-		if cfg.Name != wire.StreamEvents {
-			// The backlog's bounds: a publish beyond them fails, and each subject
-			// (a tenant's jobs of a sandbox, a session's calls) has its own.
-			cfg.Discard, cfg.MaxMsgs, cfg.MaxBytes = jetstream.DiscardNew, c.MaxBacklog, c.MaxBacklogBytes
-			cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = max(c.TenantBacklog, -1), c.TenantBacklog > 0
-			if old != nil {
-				if err := keepStored(ctx, old, &cfg, c.Logger); err != nil {
-					return err
-				}
+	}
+	if cfg.Name != wire.StreamEvents {
+		// The backlog's bounds: a publish beyond them fails, and each subject
+		// (a tenant's jobs of a sandbox, a session's calls) has its own.
+		cfg.Discard, cfg.MaxMsgs, cfg.MaxBytes = jetstream.DiscardNew, c.MaxBacklog, c.MaxBacklogBytes
+		cfg.MaxMsgsPerSubject, cfg.DiscardNewPerSubject = max(c.TenantBacklog, -1), c.TenantBacklog > 0
+		if old != nil {
+			if err := keepStored(ctx, old, &cfg, c.Logger); err != nil {
+				return err
 			}
 		}
-		stream, err := js.CreateOrUpdateStream(ctx, cfg)
-		if err != nil {
-			return fmt.Errorf("create or update stream %s: %w", cfg.Name, err)
-		}
-		switch cfg.Name {
-		case wire.StreamEvents:
-			t.events = stream
-		case wire.StreamSessions:
-			t.sessions = stream
-		}
+	}
+	stream, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("create or update stream %s: %w", cfg.Name, err)
+	}
+	switch cfg.Name {
+	case wire.StreamEvents:
+		t.events = stream
+	case wire.StreamSessions:
+		t.sessions = stream
 	}
 	return nil
 }
@@ -317,4 +343,101 @@ func (s servedStream) mergeSubjects(old []string, add, drop []string) (subjects 
 	old = slices.Clone(old)
 	slices.Sort(old)
 	return subjects, !slices.Equal(subjects, old)
+}
+
+// liveEntry is a worker's entry in BucketWorkers.
+type liveEntry struct {
+	At        time.Time `json:"at"`
+	Sandboxes []string  `json:"sandboxes"`
+}
+
+// liveSandboxes returns the sandboxes the live workers name in their entries, and
+// whether a worker of an earlier version, whose entry names none, is alive.
+func liveSandboxes(ctx context.Context, workers jetstream.KeyValue) (live map[string]bool, earlier bool, err error) {
+	names, err := workers.ListKeys(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("list live workers: %w", err)
+	}
+	live = map[string]bool{}
+	for id := range names.Keys() {
+		e, err := workers.Get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("read the liveness of worker %s: %w", id, err)
+		}
+		var entry liveEntry
+		if json.Unmarshal(e.Value(), &entry) != nil {
+			earlier = true
+			continue
+		}
+		for _, sb := range entry.Sandboxes {
+			live[sb] = true
+		}
+	}
+	return live, earlier, nil
+}
+
+// earlierVersionLives reports whether subjects, those of stream s, hold one of
+// another shape than the served subjects' (an earlier version's wildcard) while a
+// worker of an earlier version is alive: the subjects are then left as they are.
+func earlierVersionLives(ctx context.Context, workers jetstream.KeyValue, s servedStream, subjects []string) (bool, error) {
+	if !slices.ContainsFunc(subjects, func(subject string) bool { _, ok := s.sandbox(subject); return !ok }) {
+		return false, nil
+	}
+	_, earlier, err := liveSandboxes(ctx, workers)
+	return earlier, err
+}
+
+// The fleet's lock on the served subjects: a key of BucketFleet (its '.' keeps it
+// apart from the workers' ids) that a worker creates to hold it and deletes to let it
+// go. A holder that died leaves a key older than subjectsLockStale, which the next
+// one takes over by its revision.
+const (
+	subjectsLock      = "lock.subjects"
+	subjectsLockStale = 30 * time.Second
+)
+
+// withSubjectsLock runs f holding the fleet's lock on the served subjects, waiting
+// for it until ctx ends.
+func withSubjectsLock(ctx context.Context, fleet jetstream.KeyValue, holder string, f func() error) error {
+	for {
+		rev, err := fleet.Create(ctx, subjectsLock, []byte(holder))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			if e, gerr := fleet.Get(ctx, subjectsLock); gerr == nil && time.Since(e.Created()) > subjectsLockStale {
+				rev, err = fleet.Update(ctx, subjectsLock, []byte(holder), e.Revision())
+			}
+		}
+		if err == nil {
+			defer func() {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = fleet.Delete(dctx, subjectsLock, jetstream.LastRevision(rev))
+			}()
+			return f()
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("take the lock on the streams' subjects: %w", err)
+		}
+		sleep(ctx, time.Duration(20+rand.IntN(80))*time.Millisecond)
+		if ctx.Err() != nil {
+			return fmt.Errorf("take the lock on the streams' subjects: %w", ctx.Err())
+		}
+	}
+}
+
+// subjectMatches reports whether a message published on subject is taken by a
+// stream's subject pattern: '*' takes one token (a literal '*' too), '>' the rest.
+func subjectMatches(pattern, subject string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, tok := range p {
+		switch {
+		case tok == ">":
+			return len(s) > i
+		case i >= len(s), tok != "*" && tok != s[i]:
+			return false
+		}
+	}
+	return len(p) == len(s)
 }

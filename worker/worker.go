@@ -117,7 +117,7 @@ func (w *Worker) assemble(topo *topology) []service {
 	w.sessions = newSessions(c, w.js, topo, w.proc, ev, w.gates)
 	replays := newReplayer(c.NATS, ev, bg, c.Logger)
 	live := &liveness{workers: topo.workers, fleet: topo.fleet, id: c.WorkerID, ttl: c.LivenessTTL, log: c.Logger,
-		served: newServed(w.js, topo.workers, c.Sandboxes, c.UnservedGrace, c.Logger)}
+		served: newServed(w.js, topo, ev, c)}
 	cat := &catalog{kv: topo.sandboxes, pool: c.Pool, gates: w.gates, sandboxes: c.Sandboxes, workerID: c.WorkerID, timeout: c.DefaultTimeout, log: c.Logger,
 		bg: bg, rates: newTenantRates(catalogRate, catalogBurst), toolErrors: map[string]string{}}
 	subs := &subscriptions{nc: c.NATS, list: []subscription{
@@ -181,7 +181,11 @@ func (s *subscriptions) start(_, _ context.Context) error {
 		}
 		s.subs = append(s.subs, ns)
 	}
-	return s.nc.Flush()
+	if err := s.nc.Flush(); err != nil {
+		s.stop(context.Background()) // a Start tried again subscribes anew
+		return err
+	}
+	return nil
 }
 
 func (s *subscriptions) stop(context.Context) {

@@ -28,7 +28,7 @@ type process struct {
 // start runs bin with args and env added to the test's environment. At the end of the
 // test a process still running gets SIGTERM, and SIGKILL if it has not exited within
 // grace; its output is logged if the test failed.
-func start(t *testing.T, name string, grace time.Duration, env []string, bin string, args ...string) *process {
+func start(t testing.TB, name string, grace time.Duration, env []string, bin string, args ...string) *process {
 	t.Helper()
 	p := &process{name: name, cmd: exec.Command(bin, args...), log: &syncWriter{}, exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env...)
@@ -115,7 +115,7 @@ type clusterKeys struct{ worker, agent string }
 // override the file), each with its own store and with new keys for the users of
 // the auth.conf it includes, and returns once every node accepts clients, with the
 // keys' seed files. JetStream may still be electing its meta leader then.
-func startCluster(t *testing.T, n int) ([]*natsServer, clusterKeys) {
+func startCluster(t testing.TB, n int) ([]*natsServer, clusterKeys) {
 	t.Helper()
 	bin := testenv.StaticBinary(t, "github.com/nats-io/nats-server/v2")
 	conf := filepath.Join(testenv.RepoRoot(), "deploy", "nats", "cluster.conf")
@@ -153,7 +153,7 @@ func startCluster(t *testing.T, n int) ([]*natsServer, clusterKeys) {
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(t *testing.T, n int) []int {
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
 	for range n {

@@ -22,28 +22,38 @@ func ProcessCPU(prefixes ...string) time.Duration {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var total time.Duration
 	for _, path := range stats {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
+		if comm, cpu, ok := statCPU(path); ok && hasAnyPrefix(comm, prefixes) {
+			total += cpu
 		}
-		// pid (comm) state ... utime stime: comm may hold spaces and parentheses.
-		open, closing := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
-		if open < 0 || closing < open {
-			continue
-		}
-		comm := string(b[open+1 : closing])
-		if !hasAnyPrefix(comm, prefixes) {
-			continue
-		}
-		fields := strings.Fields(string(b[closing+1:]))
-		if len(fields) < 13 {
-			continue
-		}
-		utime, _ := strconv.ParseInt(fields[11], 10, 64)
-		stime, _ := strconv.ParseInt(fields[12], 10, 64)
-		total += time.Duration(utime+stime) * clockTick
 	}
 	return total
+}
+
+// PIDCPU returns the CPU time (user and system) of the process with the pid, or 0
+// once it has exited.
+func PIDCPU(pid int) time.Duration {
+	_, cpu, _ := statCPU("/proc/" + strconv.Itoa(pid) + "/stat")
+	return cpu
+}
+
+// statCPU reads a process's command name and CPU time from its stat file.
+func statCPU(path string) (comm string, cpu time.Duration, ok bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", 0, false
+	}
+	// pid (comm) state ... utime stime: comm may hold spaces and parentheses.
+	open, closing := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+	if open < 0 || closing < open {
+		return "", 0, false
+	}
+	fields := strings.Fields(string(b[closing+1:]))
+	if len(fields) < 13 {
+		return "", 0, false
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return string(b[open+1 : closing]), time.Duration(utime+stime) * clockTick, true
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {
