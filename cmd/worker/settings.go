@@ -30,6 +30,8 @@ import (
 //	  max_script_bytes: 262144
 //	  shutdown_grace: 30s       # on SIGTERM, how long running jobs may finish
 //	  liveness_ttl: 15s         # a worker silent this long counts as dead
+//	  unserved_grace: 10m       # a sandbox no live worker serves this long leaves the streams:
+//	                            # its jobs are refused at publish, and those it held end
 //	  reap_interval: 30s        # how often dead workers' containers are looked for
 //	  reap_min_age: 1m          # containers younger than this are never reaped
 //	  reap_grace: 2m            # a worker must seem dead this long before its containers are
@@ -64,6 +66,7 @@ type Settings struct {
 	MaxScriptBytes  int            `yaml:"max_script_bytes"`
 	ShutdownGrace   time.Duration  `yaml:"shutdown_grace"`
 	LivenessTTL     time.Duration  `yaml:"liveness_ttl"`
+	UnservedGrace   time.Duration  `yaml:"unserved_grace"`
 	ReapInterval    time.Duration  `yaml:"reap_interval"`
 	ReapMinAge      time.Duration  `yaml:"reap_min_age"`
 	ReapGrace       time.Duration  `yaml:"reap_grace"`
@@ -124,6 +127,7 @@ func (s Settings) Apply(cfg *worker.Config) {
 	set(&cfg.EventsMaxAge, s.EventsMaxAge)
 	set(&cfg.DuplicateWindow, s.DuplicateWindow)
 	set(&cfg.LivenessTTL, s.LivenessTTL)
+	set(&cfg.UnservedGrace, s.UnservedGrace)
 	set(&cfg.SessionIdleTTL, s.SessionIdleTTL)
 	set(&cfg.SessionMaxLife, s.SessionMaxLife)
 	if s.MaxSessions != 0 {
