@@ -26,8 +26,9 @@
 // have.
 //
 // The package does not create the streams: a worker does. Without them a
-// submission fails with [ErrNoStream]; when the jobs stream's backlog is
-// full, with [ErrBacklogFull].
+// submission fails with [ErrNoStream]; for a sandbox no worker of the fleet
+// serves, the server refuses it at publish, with [ErrUnknownSandbox]; when the
+// jobs stream's backlog is full, with [ErrBacklogFull].
 //
 // A job may be delivered more than once (a worker died mid-job); each
 // attempt's events carry its number, and the Result is that of the attempt
