@@ -135,7 +135,18 @@ func (sv *served) retire(ctx context.Context) error {
 		sv.missing = missing
 		sv.mu.Unlock()
 		if len(gone) > 0 {
-			if err := withSubjectsLock(ctx, sv.fleet, sv.id, func() error { return sv.update(ctx, s, nil, gone) }); err != nil {
+			err := withSubjectsLock(ctx, sv.fleet, sv.id, func() error {
+				// Read again under the lock: a worker that announced itself meanwhile
+				// keeps its sandboxes. (One that has added its subjects and not yet
+				// announced itself, in its first second, gets them back at its
+				// first beat.)
+				live, earlier, err := liveSandboxes(ctx, sv.workers)
+				if err != nil || earlier {
+					return err
+				}
+				return sv.update(ctx, s, nil, slices.DeleteFunc(gone, func(sb string) bool { return live[sb] }))
+			})
+			if err != nil {
 				return err
 			}
 		}

@@ -36,10 +36,24 @@ type topology struct {
 // (served.go).
 func makeTopology(ctx context.Context, js jetstream.JetStream, c *Config) (*topology, error) {
 	t := &topology{}
-	for _, step := range []func(context.Context, jetstream.JetStream, *Config) error{t.makeBuckets, t.makeStreams, t.makeFiles, t.makeConsumers} {
-		if err := step(ctx, js, c); err != nil {
-			return nil, err
+	if err := t.makeBuckets(ctx, js, c); err != nil {
+		return nil, err
+	}
+	// The served subjects change under the fleet's lock (served.go), and the
+	// consumers are made under it too: nats-server v2.15.2 races a stream's config
+	// update with the creation of a consumer on it (fileStore.UpdateConfig against
+	// fileStore.ConsumerStore, which the race detector reports when workers start at
+	// once), so no worker's start overlaps another's.
+	err := withSubjectsLock(ctx, t.fleet, c.WorkerID, func() error {
+		for _, step := range []func(context.Context, jetstream.JetStream, *Config) error{t.makeStreams, t.makeFiles, t.makeConsumers} {
+			if err := step(ctx, js, c); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return t, nil
 }
@@ -70,13 +84,7 @@ func (t *topology) makeStreams(ctx context.Context, js jetstream.JetStream, c *C
 	}}
 	for _, cfg := range streams {
 		cfg.Replicas, cfg.Storage = c.Replicas, jetstream.FileStorage
-		do := func() error { return t.makeStream(ctx, js, c, cfg) }
-		if cfg.Name != wire.StreamEvents {
-			// The served subjects change under the fleet's lock (served.go).
-			f := do
-			do = func() error { return withSubjectsLock(ctx, t.fleet, c.WorkerID, f) }
-		}
-		if err := do(); err != nil {
+		if err := t.makeStream(ctx, js, c, cfg); err != nil {
 			return err
 		}
 	}
