@@ -138,6 +138,10 @@ compose-down: ## Stop what compose-up started (JetStream data is kept; WIPE=1 re
 fault-test: base-image ## 1,000 jobs on 3 NATS servers and 2 workers (processes) while a worker and a server are killed
 	$(GO) test -race -count=1 -v -run '^TestAClusterLosesNoJob' ./deploy/nats/
 
+.PHONY: bench-scale
+bench-scale: ## The control plane at scale by simulation: workers on an engine in memory, 3 NATS servers, backlogs of 1,000 to 100,000 (no Docker)
+	$(GO) test -run '^$$' -bench 'Scale' -benchtime 1x -timeout 40m ./deploy/nats/
+
 .PHONY: bench-harness
 bench-harness: ## Benchmark one trivial execution through the executor and a local harness
 	$(GO) test -run '^$$' -bench . -benchtime 2000x -count 3 ./harness/
