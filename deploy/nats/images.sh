@@ -57,7 +57,9 @@ worker)
   bin=${WORKER_BINARY:-$root/bin/worker}
   [ -x "$bin" ] || die "$bin not found: run make build"
   # The image has no libc: a dynamically linked binary would not start in it.
-  "$GO" version -m "$bin" | grep -q 'CGO_ENABLED=0' \
+  # grep reads it all (not -q): an early exit would leave go a SIGPIPE, which
+  # pipefail would count as a dynamic build.
+  "$GO" version -m "$bin" | grep 'CGO_ENABLED=0' >/dev/null \
     || die "$bin is not a static build (CGO_ENABLED=0); run make build"
   new_context "$here/worker.Dockerfile"
   cp "$bin" "$ctx/worker"
