@@ -31,8 +31,9 @@ const (
 	// arrive in the tenant's account as jazzmine.events.<execution_id>.<type>.
 	SubjectPrefixReplayed = "jazzmine.replayed"
 
-	// ExecWildcard matches the jobs of every sandbox: the subjects of
-	// [StreamExec].
+	// ExecWildcard matches the jobs of every sandbox of the fleet's own
+	// account (a tenant's have one token more). [StreamExec] takes those of
+	// the sandboxes the fleet serves only.
 	ExecWildcard = SubjectPrefixExec + ".*"
 	// AllEventsWildcard matches the events of every execution: the subjects
 	// of [StreamEvents].

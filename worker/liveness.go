@@ -40,19 +40,19 @@ func (l *liveness) stop(ctx context.Context) { l.withdraw(ctx) }
 
 // announce records the worker as alive and as a member of the fleet.
 func (l *liveness) announce(ctx context.Context) error {
-	if err := l.put(ctx, l.workers); err != nil {
+	if err := l.put(ctx, l.workers, l.served.entry()); err != nil {
 		return fmt.Errorf("announce worker %s: %w", l.id, err)
 	}
-	if err := l.put(ctx, l.fleet); err != nil {
+	if err := l.put(ctx, l.fleet, nil); err != nil {
 		return fmt.Errorf("record worker %s in the fleet: %w", l.id, err)
 	}
 	return nil
 }
 
-func (l *liveness) put(ctx context.Context, kv jetstream.KeyValue) error {
-	value := []byte(time.Now().UTC().Format(time.RFC3339))
-	if kv == l.workers {
-		value = l.served.entry()
+// put puts the worker's entry in kv: value, or the time for none.
+func (l *liveness) put(ctx context.Context, kv jetstream.KeyValue, value []byte) error {
+	if value == nil {
+		value = []byte(time.Now().UTC().Format(time.RFC3339))
 	}
 	_, err := kv.Put(ctx, l.id, value)
 	return err
@@ -79,11 +79,11 @@ func (l *liveness) keep(ctx context.Context) {
 				return
 			case <-beat.C:
 				what = "refresh liveness"
-				if err = l.put(pctx, l.workers); err == nil {
+				if err = l.put(pctx, l.workers, l.served.entry()); err == nil {
 					what, err = "keep the sandboxes' subjects in the streams", l.served.ensure(pctx)
 				}
 			case <-member.C:
-				what, err = "refresh fleet membership", l.put(pctx, l.fleet)
+				what, err = "refresh fleet membership", l.put(pctx, l.fleet, nil)
 			case <-retire.C:
 				what, err = "retire the subjects of sandboxes nobody serves", l.served.retire(pctx)
 			}

@@ -18,13 +18,7 @@ import (
 // Inside the worker an execution is an execRef, and its key, <tenant>.<id> or <id>,
 // stands where the bare id stood in subjects, message ids, buckets and maps: two
 // tenants may use one id without meeting.
-const (
-	execAll   = wire.SubjectPrefixExec + ".>"
-	cancelAll = wire.SubjectPrefixCancel + ".>"
-	// tenantSessionAll matches every tenant's session calls; with
-	// wire.SessionWildcard, the subjects of the sessions stream.
-	tenantSessionAll = wire.SubjectPrefixSession + ".*.*.*"
-)
+const cancelAll = wire.SubjectPrefixCancel + ".>"
 
 // execRef names an execution of the fleet: its tenant ("" for the fleet's own
 // account) and its id.

@@ -102,17 +102,17 @@ func (t *topology) makeStream(ctx context.Context, js jetstream.JetStream, c *Co
 		if s.name != cfg.Name {
 			continue
 		}
-		cfg.Subjects, _ = s.mergeSubjects(nil, sandboxNames(c.Sandboxes), nil)
+		var subjects []string
 		if old != nil {
-			subjects := old.CachedInfo().Config.Subjects
-			earlier, err := earlierVersionLives(ctx, t.workers, s, subjects)
-			if err != nil {
-				return err
-			}
-			cfg.Subjects = subjects // an earlier version's wildcard takes this worker's too
-			if !earlier {
-				cfg.Subjects, _ = s.mergeSubjects(subjects, sandboxNames(c.Sandboxes), nil)
-			}
+			subjects = old.CachedInfo().Config.Subjects
+		}
+		earlier, err := earlierVersionLives(ctx, t.workers, s, subjects)
+		if err != nil {
+			return err
+		}
+		cfg.Subjects = subjects // an earlier version's wildcard takes this worker's too
+		if !earlier {
+			cfg.Subjects, _ = s.mergeSubjects(subjects, sandboxNames(c.Sandboxes), nil)
 		}
 	}
 	if cfg.Name != wire.StreamEvents {
@@ -437,6 +437,8 @@ func withSubjectsLock(ctx context.Context, fleet jetstream.KeyValue, holder stri
 
 // subjectMatches reports whether a message published on subject is taken by a
 // stream's subject pattern: '*' takes one token (a literal '*' too), '>' the rest.
+// Written here: nats.go exports no matcher, and the server's would bring nats-server
+// into the worker's dependencies.
 func subjectMatches(pattern, subject string) bool {
 	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
 	for i, tok := range p {

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -209,9 +208,8 @@ func serversCPU(servers []*natsServer) time.Duration {
 type doneWatch struct {
 	mu      sync.Mutex
 	ends    map[string]ended
-	waiting map[string]bool
-	left    atomic.Int64
-	all     chan struct{}
+	waiting map[string]bool // expected, no script_done yet
+	all     chan struct{}   // closed when waiting is empty
 }
 
 type ended struct {
@@ -242,7 +240,6 @@ func (d *doneWatch) expect(ids []string) {
 	for _, id := range ids {
 		d.waiting[id] = true
 	}
-	d.left.Store(int64(len(ids)))
 }
 
 func (d *doneWatch) see(m *nats.Msg) {
@@ -258,7 +255,7 @@ func (d *doneWatch) see(m *nats.Msg) {
 	}
 	delete(d.waiting, ev.ExecutionID)
 	d.ends[ev.ExecutionID] = ended{at: at, success: ev.Success}
-	if d.left.Add(-1) == 0 {
+	if len(d.waiting) == 0 {
 		close(d.all)
 	}
 }
@@ -271,7 +268,10 @@ func (d *doneWatch) wait(b *testing.B, within time.Duration) map[string]ended {
 	select {
 	case <-all:
 	case <-time.After(within):
-		b.Fatalf("%d of the executions had no script_done within %v", d.left.Load(), within)
+		d.mu.Lock()
+		left := len(d.waiting)
+		d.mu.Unlock()
+		b.Fatalf("%d of the executions had no script_done within %v", left, within)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

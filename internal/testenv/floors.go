@@ -53,22 +53,10 @@ func NewNATSFloor(tb testing.TB, url string) *NATSFloor {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	pctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for pctx.Err() == nil {
-			batch, err := cons.Fetch(1, jetstream.FetchContext(pctx))
-			if err != nil {
-				continue
-			}
-			for msg := range batch.Messages() {
-				_ = worker.Publish(msg.Headers().Get("Reply-To"), msg.Data())
-				_ = msg.Ack()
-			}
-		}
-	}()
-	tb.Cleanup(func() { stop(); <-done })
+	serveEach(tb, ctx, cons, func(_ context.Context, msg jetstream.Msg) {
+		_ = worker.Publish(msg.Headers().Get("Reply-To"), msg.Data())
+		_ = msg.Ack()
+	})
 	ajs, err := jetstream.New(agent)
 	if err != nil {
 		tb.Fatal(err)
@@ -206,26 +194,14 @@ func NewJobPatternFloor(tb testing.TB, url string) *JobPatternFloor {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	pctx, stop := context.WithCancel(ctx)
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for pctx.Err() == nil {
-			batch, err := cons.Fetch(1, jetstream.FetchContext(pctx))
-			if err != nil {
-				continue
-			}
-			for msg := range batch.Messages() {
-				id := msg.Headers().Get("Nats-Msg-Id")
-				_, _ = cancels.Get(pctx, id) // none: the job runs
-				for _, typ := range []string{"started", "final_result", "script_done"} {
-					_, _ = wjs.Publish(pctx, "pattern.events."+id+"."+typ, []byte(`{"execution_id":"`+id+`","type":"`+typ+`","seq":1}`))
-				}
-				_ = msg.Ack()
-			}
+	serveEach(tb, ctx, cons, func(ctx context.Context, msg jetstream.Msg) {
+		id := msg.Headers().Get("Nats-Msg-Id")
+		_, _ = cancels.Get(ctx, id) // none: the job runs
+		for _, typ := range []string{"started", "final_result", "script_done"} {
+			_, _ = wjs.Publish(ctx, "pattern.events."+id+"."+typ, []byte(`{"execution_id":"`+id+`","type":"`+typ+`","seq":1}`))
 		}
-	}()
-	tb.Cleanup(func() { stop(); <-stopped })
+		_ = msg.Ack()
+	})
 	return &JobPatternFloor{js: agentJS, nc: agentNC, done: make(chan struct{}, 1)}
 }
 
@@ -251,4 +227,24 @@ func (f *JobPatternFloor) RoundTrip(tb testing.TB) time.Duration {
 		tb.Fatal("job pattern floor: no script_done in 10 s")
 	}
 	return time.Since(t0)
+}
+
+// serveEach hands each message of cons, fetched one at a time, to handle until the end
+// of the test: the worker's side of a floor.
+func serveEach(tb testing.TB, ctx context.Context, cons jetstream.Consumer, handle func(context.Context, jetstream.Msg)) {
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for pctx.Err() == nil {
+			batch, err := cons.Fetch(1, jetstream.FetchContext(pctx))
+			if err != nil {
+				continue
+			}
+			for msg := range batch.Messages() {
+				handle(pctx, msg)
+			}
+		}
+	}()
+	tb.Cleanup(func() { stop(); <-done })
 }
