@@ -58,6 +58,16 @@ func makeTopology(ctx context.Context, js jetstream.JetStream, c *Config) (*topo
 	return t, nil
 }
 
+// streamMaxConsumers bounds each stream's consumers. nats-server (2.12 and later)
+// caps a stream that sets no bound at 1,000 consumers (JSDefaultMaxConsumersPerStream),
+// and -1, "unlimited", counts as not set: every open session is a consumer of the
+// sessions stream, and every execution read after the client's live window one of the
+// events stream, so the default would end the fleet's 1,000th open session with
+// "maximum consumers limit reached" (BenchmarkScale found it). The fleet's own bounds
+// are the workers' max_sessions and the servers' memory; this one only stays out of
+// their way.
+const streamMaxConsumers = 1_000_000
+
 // makeStreams creates or updates the streams.
 func (t *topology) makeStreams(ctx context.Context, js jetstream.JetStream, c *Config) error {
 	streams := []jetstream.StreamConfig{{
@@ -83,7 +93,7 @@ func (t *topology) makeStreams(ctx context.Context, js jetstream.JetStream, c *C
 		// of one session's calls lose another's). One session is one subject.
 	}}
 	for _, cfg := range streams {
-		cfg.Replicas, cfg.Storage = c.Replicas, jetstream.FileStorage
+		cfg.Replicas, cfg.Storage, cfg.MaxConsumers = c.Replicas, jetstream.FileStorage, streamMaxConsumers
 		if err := t.makeStream(ctx, js, c, cfg); err != nil {
 			return err
 		}

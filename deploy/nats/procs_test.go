@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	natsdeploy "github.com/jazzmine/worker/deploy/nats"
 	"github.com/jazzmine/worker/internal/testenv"
 )
 
@@ -108,7 +109,12 @@ type natsServer struct {
 
 // clusterKeys are the seed files of the two users auth.conf knows, the workers and
 // the agents of the tenant agents, for a cluster whose nodes have their public keys.
-type clusterKeys struct{ worker, agent string }
+// clusterKeys are the seed files of the cluster's users: the worker, the agent of
+// the static auth.conf, and each tenant's agent when the cluster runs a generated one.
+type clusterKeys struct {
+	worker, agent string
+	tenants       map[string]string
+}
 
 // startCluster runs n nats-server processes with deploy/nats/cluster.conf, the
 // configuration the compose file runs, on loopback ports given as flags (flags
@@ -116,12 +122,22 @@ type clusterKeys struct{ worker, agent string }
 // the auth.conf it includes, and returns once every node accepts clients, with the
 // keys' seed files. JetStream may still be electing its meta leader then.
 func startCluster(t testing.TB, n int) ([]*natsServer, clusterKeys) {
+	return startClusterOf(t, n, nil)
+}
+
+// startClusterOf is startCluster with, when tenants are named, an auth.conf rendered
+// for them (AuthConfig, as `worker nats-auth` writes it) beside a copy of
+// cluster.conf, and a key for each tenant's agents.
+func startClusterOf(t testing.TB, n int, tenants []string) ([]*natsServer, clusterKeys) {
 	t.Helper()
 	bin := testenv.StaticBinary(t, "github.com/nats-io/nats-server/v2")
 	conf := filepath.Join(testenv.RepoRoot(), "deploy", "nats", "cluster.conf")
 	workerSeed, workerPub := testenv.UserKey(t)
 	agentSeed, agentPub := testenv.UserKey(t)
 	keys := clusterKeys{worker: testenv.WriteSeed(t, workerSeed), agent: testenv.WriteSeed(t, agentSeed)}
+	if len(tenants) > 0 {
+		conf = tenantsClusterConf(t, conf, workerPub, tenants, &keys)
+	}
 	ports := freePorts(t, 3*n) // client, cluster and monitoring port of each node
 	var routes []string
 	for i := range n {
@@ -150,6 +166,34 @@ func startCluster(t testing.TB, n int) ([]*natsServer, clusterKeys) {
 		})
 	}
 	return servers, keys
+}
+
+// tenantsClusterConf writes a copy of the cluster configuration conf beside an
+// auth.conf rendered for the worker's key and a new key for each tenant, whose seed
+// files it adds to keys; it returns the copy's path.
+func tenantsClusterConf(t testing.TB, conf, workerPub string, tenants []string, keys *clusterKeys) string {
+	keys.tenants = map[string]string{}
+	var ts []natsdeploy.Tenant
+	for _, name := range tenants {
+		seed, pub := testenv.UserKey(t)
+		keys.tenants[name] = testenv.WriteSeed(t, seed)
+		ts = append(ts, natsdeploy.Tenant{Name: name, Key: pub})
+	}
+	auth, err := natsdeploy.AuthConfig([]string{workerPub}, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, data := range map[string][]byte{"auth.conf": []byte(auth), "cluster.conf": cluster} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "cluster.conf")
 }
 
 // freePorts returns n distinct loopback ports that were free a moment ago.

@@ -29,40 +29,71 @@ import (
 // processes, with auth.conf: the jobs are a tenant's). A backlog of trivial jobs is
 // published at once and drained: jobs/s, each job's time from publish to its
 // script_done (mostly its wait in the queue), and CPU per job of the NATS servers and
-// of this process (the workers and the agent), as the workers grow and as the backlog
-// grows; and how long a cancel of the last job queued takes at that depth. Run it with
+// of this process (the workers and the agents), as the workers grow, as the backlog
+// grows, and as the same backlog is spread over more tenants (a cluster whose
+// auth.conf has 50 tenants); how long a cancel of the last job queued takes at that
+// depth; and 1,000 sessions opened at once (simulateSessions). Run it with
 // -benchtime 1x (each iteration drains one backlog).
 //
 //	go test -run '^$' -bench 'Scale' -benchtime 1x -timeout 60m ./deploy/nats/
 func BenchmarkScale(b *testing.B) {
-	servers, keys := startCluster(b, 3)
-	var urls []string
-	for _, s := range servers {
-		urls = append(urls, s.url)
-	}
-	url := strings.Join(urls, ",")
-	for _, c := range []struct{ workers, backlog int }{
-		{1, 10_000}, {2, 10_000}, {4, 10_000}, {8, 10_000}, {16, 10_000},
-		{4, 1_000}, {4, 100_000},
+	for _, c := range []struct{ workers, backlog, tenants int }{
+		{1, 10_000, 1}, {2, 10_000, 1}, {4, 10_000, 1}, {8, 10_000, 1}, {16, 10_000, 1},
+		{4, 1_000, 1}, {4, 100_000, 1},
+		{4, 10_000, 10}, {4, 10_000, 50},
 	} {
-		b.Run(fmt.Sprintf("workers=%d/backlog=%d", c.workers, c.backlog), func(b *testing.B) {
-			simulate(b, url, keys, servers, c.workers, c.backlog)
-		})
+		name := fmt.Sprintf("workers=%d/backlog=%d", c.workers, c.backlog)
+		if c.tenants > 1 {
+			name += fmt.Sprintf("/tenants=%d", c.tenants)
+		}
+		b.Run(name, func(b *testing.B) { simulate(b, c.workers, c.backlog, c.tenants) })
+	}
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("workers=8/sessions=%d", n), func(b *testing.B) { simulateSessions(b, 8, n) })
 	}
 }
 
 // simSlots is each simulated worker's container slots.
 const simSlots = 4
 
-func simulate(b *testing.B, url string, keys clusterKeys, servers []*natsServer, workers, backlog int) {
-	sandbox := fmt.Sprintf("sim%dx%d", workers, backlog)
-	startSimWorkers(b, url, keys, sandbox, workers)
-	anc := testenv.ConnectSeed(b, url, keys.agent, nil)
-	js, err := jetstream.New(anc)
-	if err != nil {
-		b.Fatal(err)
+// simCluster starts the three nodes, with an auth.conf of the given number of
+// tenants (t01, t02, ...), or the static one (its one tenant, agents) for one; it
+// returns the cluster's URL and a connection of each tenant's agents.
+func simCluster(b *testing.B, tenants int) (url string, keys clusterKeys, servers []*natsServer, agents []*nats.Conn) {
+	var names []string
+	if tenants > 1 {
+		for i := range tenants {
+			names = append(names, fmt.Sprintf("t%02d", i+1))
+		}
 	}
-	done := newDoneWatch(b, anc)
+	servers, keys = startClusterOf(b, 3, names)
+	var urls []string
+	for _, s := range servers {
+		urls = append(urls, s.url)
+	}
+	url = strings.Join(urls, ",")
+	if len(names) == 0 {
+		return url, keys, servers, []*nats.Conn{testenv.ConnectSeed(b, url, keys.agent, nil)}
+	}
+	for _, name := range names {
+		agents = append(agents, testenv.ConnectSeed(b, url, keys.tenants[name], nil))
+	}
+	return url, keys, servers, agents
+}
+
+func simulate(b *testing.B, workers, backlog, tenants int) {
+	url, keys, servers, agents := simCluster(b, tenants)
+	sandbox := "sim"
+	startSimWorkers(b, url, keys, sandbox, workers, simWorker{})
+	var jss []jetstream.JetStream
+	for _, nc := range agents {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		jss = append(jss, js)
+	}
+	done := newDoneWatch(b, agents...)
 	var lat []time.Duration
 	var cancelTook []time.Duration
 	var failed, ranFirst int
@@ -77,10 +108,11 @@ func simulate(b *testing.B, url string, keys clusterKeys, servers []*natsServer,
 		done.expect(ids)
 		nats0, self0 := serversCPU(servers), testenv.SelfCPU()
 		start := time.Now()
-		published := publishAll(b, js, sandbox, ids)
+		published := publishSpread(b, jss, sandbox, ids)
 		// A cancel at depth: the last job queued, while the rest drain.
 		c0 := time.Now()
-		if err := anc.Publish(wire.CancelSubject(ids[len(ids)-1]), nil); err != nil {
+		last := len(ids) - 1
+		if err := agents[last%len(agents)].Publish(wire.CancelSubject(ids[last]), nil); err != nil {
 			b.Fatal(err)
 		}
 		ends := done.wait(b, 10*time.Minute)
@@ -89,7 +121,7 @@ func simulate(b *testing.B, url string, keys clusterKeys, servers []*natsServer,
 		selfCPU += testenv.SelfCPU() - self0
 		for i, id := range ids {
 			end := ends[id]
-			if i == len(ids)-1 {
+			if i == last {
 				cancelTook = append(cancelTook, end.at.Sub(c0))
 				if end.success {
 					ranFirst++ // the job was taken before the cancel found it
@@ -117,21 +149,139 @@ func simulate(b *testing.B, url string, keys clusterKeys, servers []*natsServer,
 	b.ReportMetric(float64(ranFirst), "cancel-too-late")
 }
 
+// publishSpread publishes ids[i] through jss[i%len(jss)], each tenant's share from a
+// goroutine of its own, and returns when each job was published.
+func publishSpread(b *testing.B, jss []jetstream.JetStream, sandbox string, ids []string) []time.Time {
+	at := make([]time.Time, len(ids))
+	var wg sync.WaitGroup
+	for t, js := range jss {
+		wg.Go(func() {
+			var mine []int
+			for i := t; i < len(ids); i += len(jss) {
+				mine = append(mine, i)
+			}
+			publishAll(b, js, sandbox, ids, mine, at)
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	return at
+}
+
+// simulateSessions opens sessions sessions at once on workers workers (each with
+// room for its share and a few more), through the Go client: every session's first
+// call (which opens it: a claim in the sessions bucket and a consumer of its own),
+// then a second call of each with all of them open, then a close of each. Per phase:
+// its wall time, the calls' median and p99, and the NATS servers' CPU per session.
+func simulateSessions(b *testing.B, workers, sessions int) {
+	url, keys, servers, agents := simCluster(b, 1)
+	sandbox := "simsessions"
+	room := sessions/workers + sessions/(2*workers) + 4
+	startSimWorkers(b, url, keys, sandbox, workers, simWorker{sessions: room})
+	c, err := client.New(client.Config{Conn: agents[0]})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	b.ResetTimer()
+	for range b.N {
+		all := make([]*client.Session, sessions)
+		for i := range all {
+			all[i] = c.NewSession(sandbox)
+		}
+		for _, phase := range []struct {
+			name string
+			call func(*client.Session) error
+		}{
+			{"open", func(s *client.Session) error { return sessionCall(ctx, s) }},
+			{"call", func(s *client.Session) error { return sessionCall(ctx, s) }},
+			{"close", func(s *client.Session) error { return s.Close(ctx) }},
+		} {
+			nats0 := serversCPU(servers)
+			took, lat, errs, first := eachAtOnce(all, phase.call)
+			b.ReportMetric(took.Seconds(), phase.name+"-all-s")
+			b.ReportMetric(float64(testenv.Quantile(lat, 0.5).Microseconds())/1000, phase.name+"-median-ms")
+			b.ReportMetric(float64(testenv.Quantile(lat, 0.99).Microseconds())/1000, phase.name+"-p99-ms")
+			b.ReportMetric(float64((serversCPU(servers)-nats0).Microseconds())/1000/float64(sessions), phase.name+"-nats-cpu-ms/session")
+			b.ReportMetric(float64(errs), phase.name+"-errors")
+			if errs > 0 {
+				b.Logf("%s: %d of %d sessions failed, the first with: %v", phase.name, errs, sessions, first)
+			}
+		}
+	}
+}
+
+// sessionCall runs a trivial call of s, and fails unless it succeeds.
+func sessionCall(ctx context.Context, s *client.Session) error {
+	res, err := s.Run(ctx, wire.Job{Script: "pass"})
+	if err != nil {
+		return err
+	}
+	if !res.Success {
+		return fmt.Errorf("%s: %s", res.ErrorKind, res.Error)
+	}
+	return nil
+}
+
+// eachAtOnce calls call for every session at once, and returns the wall time, the
+// latencies of the calls that succeeded (sorted), how many failed and the first
+// error.
+func eachAtOnce(all []*client.Session, call func(*client.Session) error) (time.Duration, []time.Duration, int, error) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	var errs int
+	var first error
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, s := range all {
+		wg.Go(func() {
+			t0 := time.Now()
+			err := call(s)
+			d := time.Since(t0)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if errs++; first == nil {
+					first = err
+				}
+				return
+			}
+			lat = append(lat, d)
+		})
+	}
+	wg.Wait()
+	slices.Sort(lat)
+	return time.Since(start), lat, errs, first
+}
+
+// simWorker is what a simulated worker holds besides simSlots: sessions, when not
+// zero, is its room for sessions (each a container of its own).
+type simWorker struct{ sessions int }
+
 // startSimWorkers runs n workers of sandbox on url, each with simSlots containers of
-// the engine in memory, until the end of the benchmark.
-func startSimWorkers(b *testing.B, url string, keys clusterKeys, sandbox string, n int) {
+// the engine in memory (and room for o.sessions sessions), until the end of the
+// benchmark.
+func startSimWorkers(b *testing.B, url string, keys clusterKeys, sandbox string, n int, o simWorker) {
 	log := slog.New(slog.DiscardHandler)
 	for i := range n {
 		id := fmt.Sprintf("sim-%s-%d-%d", sandbox, i, time.Now().UnixNano())
 		nc := testenv.ConnectSeed(b, url, keys.worker, nil)
 		pool, err := sandboxpool.New(sandboxpool.Config{Docker: &fakeengine.Engine{}, WorkerID: id, Logger: log,
-			Sandboxes: []sandboxpool.Sandbox{{Name: sandbox, Image: "fake", PoolSize: simSlots}}})
+			Sandboxes: []sandboxpool.Sandbox{{Name: sandbox, Image: "fake", PoolSize: simSlots, MaxOverflow: o.sessions}}})
 		if err != nil {
 			b.Fatal(err)
 		}
-		w, err := worker.New(worker.Config{NATS: nc, Pool: pool, WorkerID: id, Replicas: 3, Logger: log,
-			MaxBacklog: 1_000_000, TenantBacklog: -1,
-			Sandboxes: []worker.Sandbox{{Name: sandbox, Slots: simSlots, MaxAckPending: n * simSlots}}})
+		sb := worker.Sandbox{Name: sandbox, Slots: simSlots, MaxAckPending: n * simSlots}
+		cfg := worker.Config{NATS: nc, Pool: pool, WorkerID: id, Replicas: 3, Logger: log,
+			MaxBacklog: 1_000_000, TenantBacklog: -1, Sandboxes: []worker.Sandbox{sb}}
+		if o.sessions > 0 {
+			cfg.Sandboxes[0].MaxSessions, cfg.Sandboxes[0].TenantSessions = o.sessions, o.sessions
+			cfg.MaxSessions = 2 * o.sessions // a tenant holds at most half of them
+		}
+		w, err := worker.New(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -163,14 +313,16 @@ func startSimWorkers(b *testing.B, url string, keys clusterKeys, sandbox string,
 	}
 }
 
-// publishAll publishes a trivial job for each id, asynchronously, and returns when
-// each was published (in order).
-func publishAll(b *testing.B, js jetstream.JetStream, sandbox string, ids []string) []time.Time {
-	at := make([]time.Time, len(ids))
-	for i, id := range ids {
+// publishAll publishes a trivial job for each ids[i] of the indexes mine,
+// asynchronously, and writes when each was published into at[i]; it returns once
+// the stream acknowledged them all.
+func publishAll(b *testing.B, js jetstream.JetStream, sandbox string, ids []string, mine []int, at []time.Time) {
+	for _, i := range mine {
+		id := ids[i]
 		data, err := wire.EncodeJob(wire.ContentTypeMsgpack, &wire.Job{ExecutionID: id, Sandbox: sandbox, Script: "pass"})
 		if err != nil {
-			b.Fatal(err)
+			b.Error(err)
+			return
 		}
 		msg := nats.NewMsg(wire.ExecSubject(sandbox))
 		msg.Data = data
@@ -180,7 +332,8 @@ func publishAll(b *testing.B, js jetstream.JetStream, sandbox string, ids []stri
 		// As fast as the acks come: nats.go holds 4,000 unacknowledged at most.
 		for _, err := js.PublishMsgAsync(msg); err != nil; _, err = js.PublishMsgAsync(msg) {
 			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-				b.Fatalf("publish job %d: %v", i, err)
+				b.Errorf("publish job %d: %v", i, err)
+				return
 			}
 			at[i] = time.Now()
 		}
@@ -188,9 +341,8 @@ func publishAll(b *testing.B, js jetstream.JetStream, sandbox string, ids []stri
 	select {
 	case <-js.PublishAsyncComplete():
 	case <-time.After(5 * time.Minute):
-		b.Fatal("the backlog's publish acks did not come")
+		b.Error("the backlog's publish acks did not come")
 	}
-	return at
 }
 
 // serversCPU is the CPU time of the cluster's server processes.
@@ -202,8 +354,8 @@ func serversCPU(servers []*natsServer) time.Duration {
 	return total
 }
 
-// doneWatch receives the script_done events of the tenant's executions, on a core
-// subscription (the tenant's account receives the fleet's events as they are
+// doneWatch receives the script_done events of the tenants' executions, on a core
+// subscription of each (a tenant's account receives the fleet's events as they are
 // published), and says when each expected execution ended.
 type doneWatch struct {
 	mu      sync.Mutex
@@ -217,18 +369,20 @@ type ended struct {
 	success bool
 }
 
-func newDoneWatch(b *testing.B, nc *nats.Conn) *doneWatch {
+func newDoneWatch(b *testing.B, ncs ...*nats.Conn) *doneWatch {
 	d := &doneWatch{}
-	sub, err := nc.Subscribe(wire.SubjectPrefixEvents+".*."+wire.EventScriptDone, d.see)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		b.Fatal(err)
+	for _, nc := range ncs {
+		sub, err := nc.Subscribe(wire.SubjectPrefixEvents+".*."+wire.EventScriptDone, d.see)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := sub.SetPendingLimits(-1, -1); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = sub.Unsubscribe() })
+		if err := nc.Flush(); err != nil {
+			b.Fatal(err)
+		}
 	}
 	return d
 }

@@ -430,7 +430,37 @@ func (r *report) memory(all map[string]*series) error {
 		r.p("| idle container %d: cgroup usage (page cache included) / anonymous | %.1f / %.1f |", i, u, v.Values[fmt.Sprintf("container_%d_anon_mb", i)])
 	}
 	r.p("")
+	r.warmMemory(all)
 	return nil
+}
+
+// warmMemory is BenchmarkWarmMemory's table: one warm container of each sandbox, its
+// cgroup's memory and its processes' PSS and private memory.
+func (r *report) warmMemory(all map[string]*series) {
+	rows := []struct{ name, label string }{
+		{"BenchmarkWarmMemory/default", "default"},
+		{"BenchmarkWarmMemory/datascience", "datascience (numpy, pandas and matplotlib.pyplot preloaded)"},
+		{"BenchmarkWarmMemory/datascience-no-preload", "datascience, nothing preloaded"},
+	}
+	if all[rows[0].name] == nil {
+		return
+	}
+	r.p("One warm container of each sandbox of the example config, after 20 jobs, settled (`BenchmarkWarmMemory`): the cgroup's usage (page cache included) and anonymous memory, and the PSS (shared pages divided among their sharers) and private memory of its three processes, read from the host's /proc: the harness, the zygote it forked after the preload, and the warm child the zygote forked for the next job.")
+	r.p("")
+	r.p("| sandbox | cgroup usage | anonymous | harness PSS / private | zygote PSS / private | warm child PSS / private |")
+	r.p("|---|---|---|---|---|---|")
+	for _, row := range rows {
+		s := all[row.name]
+		if s == nil {
+			continue
+		}
+		v := s.Values
+		cell := func(i int) string {
+			return fmt.Sprintf("%.1f / %.1f", v[fmt.Sprintf("proc_%d_pss_mb", i)], v[fmt.Sprintf("proc_%d_private_mb", i)])
+		}
+		r.p("| %s | %.1f MiB | %.1f MiB | %s | %s | %s |", row.label, v["usage_mb"], v["anon_mb"], cell(1), cell(2), cell(3))
+	}
+	r.p("")
 }
 
 func (r *report) isolation(all map[string]*series) error {

@@ -252,7 +252,8 @@ func (e *Engine) StartTimes() []time.Time {
 
 // fakeHarness answers the protocol for one container: ready, then a pong for each
 // ping and a reset_done for each reset, each with its request's nonce, and for an
-// execute what its script says (see execute).
+// execute what its script says (see execute). A session's call is answered as any
+// execute: the real harness, too, ends it with a reset_done (which resets nothing).
 type fakeHarness struct {
 	e    *Engine
 	c    *fakeCtr
