@@ -90,9 +90,11 @@ bench: base-image ## Measure latency, throughput, pool, memory and isolation sid
 	$(BENCH) -bench 'AttachFloor|Isolation|Checkout' -benchtime 1000x ./sandboxpool/
 	$(BENCH) -bench 'Spawn' -benchtime 20x ./sandboxpool/
 	$(BENCH) -bench 'OneAgent' -benchtime 2000x ./worker/
+	$(BENCH) -bench 'SequentialAgent' -benchtime 500x ./worker/
 	$(BENCH) -bench 'EndToEnd' -benchtime 2000x ./worker/
 	$(BENCH) -bench 'AgentPace' -benchtime 1000x ./worker/
 	$(BENCH) -bench 'Throughput' -benchtime 2000x ./worker/
+	$(BENCH) -bench 'CPUByProcess' -benchtime 2000x ./worker/
 	$(BENCH) -bench 'DockerExec' -benchtime 100x ./worker/
 	$(BENCH) -bench 'DockerRun' -benchtime 30x ./worker/
 	$(BENCH) -bench 'Memory' -benchtime 1x ./worker/

@@ -70,27 +70,33 @@ func (l *liveness) keep(ctx context.Context) {
 		retire := time.NewTicker(max(l.served.grace/4, time.Second))
 		defer retire.Stop()
 		for {
-			var err error
-			var what string
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			var step func(context.Context) (string, error)
 			select {
 			case <-ctx.Done():
-				cancel()
 				return
 			case <-beat.C:
-				what = "refresh liveness"
-				if err = l.put(pctx, l.workers, l.served.entry()); err == nil {
-					what, err = "keep the sandboxes' subjects in the streams", l.served.ensure(pctx)
+				step = func(ctx context.Context) (string, error) {
+					if err := l.put(ctx, l.workers, l.served.entry()); err != nil {
+						return "refresh liveness", err
+					}
+					return "keep the sandboxes' subjects in the streams", l.served.ensure(ctx)
 				}
 			case <-member.C:
-				what, err = "refresh fleet membership", l.put(pctx, l.fleet, nil)
+				step = func(ctx context.Context) (string, error) {
+					return "refresh fleet membership", l.put(ctx, l.fleet, nil)
+				}
 			case <-retire.C:
-				what, err = "retire the subjects of sandboxes nobody serves", l.served.retire(pctx)
+				step = func(ctx context.Context) (string, error) {
+					return "retire the subjects of sandboxes nobody serves", l.served.retire(ctx)
+				}
 			}
+			// The step's time starts when its tick came, not when the wait for it began.
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			what, err := step(sctx)
+			cancel()
 			if err != nil && ctx.Err() == nil {
 				l.log.Warn(what, "err", err)
 			}
-			cancel()
 		}
 	}()
 }

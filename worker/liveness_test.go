@@ -1,7 +1,10 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,4 +98,28 @@ func TestAWorkerCutOffFromNATSKeepsItsContainersAndFinishesItsJob(t *testing.T) 
 		t.Errorf("the job: %s", describe(evs))
 	}
 	a.oneAttemptOneEnd(id)
+}
+
+// TestAWorkersBeatsKeepItAlive: a worker's liveness entry is refreshed at every beat
+// (a third of its TTL), each beat's requests with five seconds of their own. With a
+// beat longer than those five seconds, a worker whose beats took their time from the
+// wait for the tick (as one did) found its requests' time gone when the tick came,
+// refreshed nothing, and was taken for dead one TTL after it started.
+func TestAWorkersBeatsKeepItAlive(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	logs := &syncWriter{w: &bytes.Buffer{}}
+	const ttl = 16500 * time.Millisecond // a beat of 5.5 s
+	w := startBareWorker(t, nc, func(c *worker.Config) { c.LivenessTTL = ttl }, slog.New(slog.NewTextHandler(logs, nil)))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ttl + 3*time.Second)
+	alive, err := worker.WorkerAlive(js)(t.Context(), w.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !alive || strings.Contains(logs.String(), "refresh liveness") {
+		t.Errorf("one TTL after its start the worker is alive: %v; its log:\n%s", alive, logs.String())
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jazzmine/worker/client"
+	"github.com/jazzmine/worker/imagebuild"
 	"github.com/jazzmine/worker/internal/testenv"
 	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
@@ -35,4 +36,29 @@ func TestASequentialAgentSpawnsNothingBeyondTheWarmSize(t *testing.T) {
 	if s := pool.Stats().Sandboxes["default"]; s.Spawned != 1 || s.CheckoutWaits == 0 {
 		t.Errorf("%d containers spawned for 60 jobs one after another (%d checkouts waited), want the one warm", s.Spawned, s.CheckoutWaits)
 	}
+}
+
+// BenchmarkSequentialAgent is the test above at the default pool (two warm, room for
+// four more) and b.N jobs: one agent sending the trivial job back to back, each as
+// soon as the last ended. It reports the containers spawned beyond the warm size (the
+// aim: none), and the jobs' latency.
+func BenchmarkSequentialAgent(b *testing.B) {
+	_, nc := testenv.NATS(b)
+	warm := imagebuild.DefaultPoolSize
+	_, pool := startWorkerPool(b, nc, sandboxpool.Sandbox{PoolSize: warm, MaxOverflow: imagebuild.DefaultMaxOverflow}, nil, nil)
+	c := newClient(b, nc)
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		run(b, ctx, c, 1)
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	s := pool.Stats().Sandboxes["default"]
+	beyond := float64(s.Spawned) - float64(warm)
+	b.ReportMetric(beyond, "spawned-beyond-warm")
+	b.ReportMetric(float64(s.CheckoutWaits), "checkout-waits")
+	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"spawned_beyond_warm": beyond, "warm": float64(warm), "checkout_waits": float64(s.CheckoutWaits)})
 }

@@ -5,10 +5,17 @@
 package nats_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/jazzmine/worker/internal/testenv"
 )
 
-// TestMain fails the package if any goroutine outlives its tests.
-func TestMain(m *testing.M) { testenv.Main(m) }
+// TestMain fails the package if any goroutine outlives its tests. Started with
+// simWorkerEnv set, the binary is a simulated worker of BenchmarkScale instead.
+func TestMain(m *testing.M) {
+	if os.Getenv(simWorkerEnv) != "" {
+		os.Exit(runSimWorker())
+	}
+	testenv.Main(m)
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -15,21 +14,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jazzmine/worker/client"
-	"github.com/jazzmine/worker/internal/fakeengine"
 	"github.com/jazzmine/worker/internal/testenv"
-	"github.com/jazzmine/worker/sandboxpool"
 	"github.com/jazzmine/worker/wire"
-	"github.com/jazzmine/worker/worker"
 )
 
-// BenchmarkScale is the control plane at scale, by simulation: workers whose pools run
-// on an engine in memory (internal/fakeengine, a harness that answers in
-// microseconds), so that the jobs cost what NATS and the workers spend on them and no
-// container, against the three-node cluster of deploy/nats (separate nats-server
-// processes, with auth.conf: the jobs are a tenant's). A backlog of trivial jobs is
+// BenchmarkScale is the control plane at scale, by simulation: worker processes (this
+// test binary in simWorkerEnv's mode) whose pools run on an engine in memory
+// (internal/fakeengine, a harness that answers in microseconds), so that the jobs
+// cost what NATS and the workers spend on them and no container, against the
+// three-node cluster of deploy/nats (separate nats-server processes, with auth.conf:
+// the jobs are a tenant's). A backlog of trivial jobs is
 // published at once and drained: jobs/s, each job's time from publish to its
-// script_done (mostly its wait in the queue), and CPU per job of the NATS servers and
-// of this process (the workers and the agents), as the workers grow, as the backlog
+// script_done (mostly its wait in the queue), and CPU per job of the NATS servers, of
+// the workers and of this process (the agents), as the workers grow, as the backlog
 // grows, and as the same backlog is spread over more tenants (a cluster whose
 // auth.conf has 50 tenants); how long a cancel of the last job queued takes at that
 // depth; and 1,000 sessions opened at once (simulateSessions). Run it with
@@ -52,9 +49,6 @@ func BenchmarkScale(b *testing.B) {
 		b.Run(fmt.Sprintf("workers=8/sessions=%d", n), func(b *testing.B) { simulateSessions(b, 8, n) })
 	}
 }
-
-// simSlots is each simulated worker's container slots.
-const simSlots = 4
 
 // simCluster starts the three nodes, with an auth.conf of the given number of
 // tenants (t01, t02, ...), or the static one (its one tenant, agents) for one; it
@@ -84,7 +78,7 @@ func simCluster(b *testing.B, tenants int) (url string, keys clusterKeys, server
 func simulate(b *testing.B, workers, backlog, tenants int) {
 	url, keys, servers, agents := simCluster(b, tenants)
 	sandbox := "sim"
-	startSimWorkers(b, url, keys, sandbox, workers, simWorker{})
+	procs := startSimWorkers(b, url, keys, sandbox, workers, 0)
 	var jss []jetstream.JetStream
 	for _, nc := range agents {
 		js, err := jetstream.New(nc)
@@ -98,7 +92,7 @@ func simulate(b *testing.B, workers, backlog, tenants int) {
 	var cancelTook []time.Duration
 	var failed, ranFirst int
 	var elapsed time.Duration
-	natsCPU, selfCPU := time.Duration(0), time.Duration(0)
+	var natsCPU, workersCPU, agentCPU time.Duration
 	b.ResetTimer()
 	for range b.N {
 		ids := make([]string, backlog)
@@ -106,7 +100,7 @@ func simulate(b *testing.B, workers, backlog, tenants int) {
 			ids[i] = client.NewExecutionID()
 		}
 		done.expect(ids)
-		nats0, self0 := serversCPU(servers), testenv.SelfCPU()
+		nats0, workers0, agent0 := serversCPU(servers), processesCPU(procs), testenv.SelfCPU()
 		start := time.Now()
 		published := publishSpread(b, jss, sandbox, ids)
 		// A cancel at depth: the last job queued, while the rest drain.
@@ -118,7 +112,8 @@ func simulate(b *testing.B, workers, backlog, tenants int) {
 		ends := done.wait(b, 10*time.Minute)
 		elapsed += time.Since(start)
 		natsCPU += serversCPU(servers) - nats0
-		selfCPU += testenv.SelfCPU() - self0
+		workersCPU += processesCPU(procs) - workers0
+		agentCPU += testenv.SelfCPU() - agent0
 		for i, id := range ids {
 			end := ends[id]
 			if i == last {
@@ -142,7 +137,8 @@ func simulate(b *testing.B, workers, backlog, tenants int) {
 	b.ReportMetric(jobs/elapsed.Seconds(), "jobs/s")
 	b.ReportMetric(float64(failed), "failed")
 	b.ReportMetric(perJob(natsCPU), "nats-cpu-ms/job")
-	b.ReportMetric(perJob(selfCPU), "workers+agent-cpu-ms/job")
+	b.ReportMetric(perJob(workersCPU), "workers-cpu-ms/job")
+	b.ReportMetric(perJob(agentCPU), "agents-cpu-ms/job")
 	b.ReportMetric(float64(testenv.Quantile(lat, 0.5).Microseconds())/1000, "wait-median-ms")
 	b.ReportMetric(float64(testenv.Quantile(lat, 0.99).Microseconds())/1000, "wait-p99-ms")
 	b.ReportMetric(float64(slices.Max(cancelTook).Microseconds())/1000, "cancel-at-depth-ms")
@@ -179,7 +175,7 @@ func simulateSessions(b *testing.B, workers, sessions int) {
 	url, keys, servers, agents := simCluster(b, 1)
 	sandbox := "simsessions"
 	room := sessions/workers + sessions/(2*workers) + 4
-	startSimWorkers(b, url, keys, sandbox, workers, simWorker{sessions: room})
+	procs := startSimWorkers(b, url, keys, sandbox, workers, room)
 	c, err := client.New(client.Config{Conn: agents[0]})
 	if err != nil {
 		b.Fatal(err)
@@ -200,12 +196,14 @@ func simulateSessions(b *testing.B, workers, sessions int) {
 			{"call", func(s *client.Session) error { return sessionCall(ctx, s) }},
 			{"close", func(s *client.Session) error { return s.Close(ctx) }},
 		} {
-			nats0 := serversCPU(servers)
+			nats0, workers0 := serversCPU(servers), processesCPU(procs)
 			took, lat, errs, first := eachAtOnce(all, phase.call)
 			b.ReportMetric(took.Seconds(), phase.name+"-all-s")
 			b.ReportMetric(float64(testenv.Quantile(lat, 0.5).Microseconds())/1000, phase.name+"-median-ms")
 			b.ReportMetric(float64(testenv.Quantile(lat, 0.99).Microseconds())/1000, phase.name+"-p99-ms")
-			b.ReportMetric(float64((serversCPU(servers)-nats0).Microseconds())/1000/float64(sessions), phase.name+"-nats-cpu-ms/session")
+			perSession := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(sessions) }
+			b.ReportMetric(perSession(serversCPU(servers)-nats0), phase.name+"-nats-cpu-ms/session")
+			b.ReportMetric(perSession(processesCPU(procs)-workers0), phase.name+"-workers-cpu-ms/session")
 			b.ReportMetric(float64(errs), phase.name+"-errors")
 			if errs > 0 {
 				b.Logf("%s: %d of %d sessions failed, the first with: %v", phase.name, errs, sessions, first)
@@ -257,62 +255,6 @@ func eachAtOnce(all []*client.Session, call func(*client.Session) error) (time.D
 	return time.Since(start), lat, errs, first
 }
 
-// simWorker is what a simulated worker holds besides simSlots: sessions, when not
-// zero, is its room for sessions (each a container of its own).
-type simWorker struct{ sessions int }
-
-// startSimWorkers runs n workers of sandbox on url, each with simSlots containers of
-// the engine in memory (and room for o.sessions sessions), until the end of the
-// benchmark.
-func startSimWorkers(b *testing.B, url string, keys clusterKeys, sandbox string, n int, o simWorker) {
-	log := slog.New(slog.DiscardHandler)
-	for i := range n {
-		id := fmt.Sprintf("sim-%s-%d-%d", sandbox, i, time.Now().UnixNano())
-		nc := testenv.ConnectSeed(b, url, keys.worker, nil)
-		pool, err := sandboxpool.New(sandboxpool.Config{Docker: &fakeengine.Engine{}, WorkerID: id, Logger: log,
-			Sandboxes: []sandboxpool.Sandbox{{Name: sandbox, Image: "fake", PoolSize: simSlots, MaxOverflow: o.sessions}}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		sb := worker.Sandbox{Name: sandbox, Slots: simSlots, MaxAckPending: n * simSlots}
-		cfg := worker.Config{NATS: nc, Pool: pool, WorkerID: id, Replicas: 3, Logger: log,
-			MaxBacklog: 1_000_000, TenantBacklog: -1, Sandboxes: []worker.Sandbox{sb}}
-		if o.sessions > 0 {
-			cfg.Sandboxes[0].MaxSessions, cfg.Sandboxes[0].TenantSessions = o.sessions, o.sessions
-			cfg.MaxSessions = 2 * o.sessions // a tenant holds at most half of them
-		}
-		w, err := worker.New(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		if err := pool.Start(ctx); err != nil {
-			b.Fatal(err)
-		}
-		// Each try bounded, as `worker serve` does: a cluster electing its leaders
-		// leaves some requests unanswered.
-		for {
-			tctx, tcancel := context.WithTimeout(ctx, 10*time.Second)
-			err := w.Start(tctx)
-			tcancel()
-			if err == nil {
-				break
-			}
-			if !worker.Transient(err) || ctx.Err() != nil {
-				b.Fatalf("start worker %s: %v", id, err)
-			}
-			time.Sleep(time.Second)
-		}
-		cancel()
-		b.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_ = w.Shutdown(ctx, 10*time.Second)
-			_ = pool.Close(ctx)
-		})
-	}
-}
-
 // publishAll publishes a trivial job for each ids[i] of the indexes mine,
 // asynchronously, and writes when each was published into at[i]; it returns once
 // the stream acknowledged them all.
@@ -350,6 +292,15 @@ func serversCPU(servers []*natsServer) time.Duration {
 	var total time.Duration
 	for _, s := range servers {
 		total += testenv.PIDCPU(s.cmd.Process.Pid)
+	}
+	return total
+}
+
+// processesCPU is the CPU time of procs.
+func processesCPU(procs []*process) time.Duration {
+	var total time.Duration
+	for _, p := range procs {
+		total += testenv.PIDCPU(p.cmd.Process.Pid)
 	}
 	return total
 }

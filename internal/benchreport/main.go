@@ -153,7 +153,7 @@ func run(in, out, command string) error {
 	if err := os.MkdirAll(r.plots, 0o755); err != nil {
 		return err
 	}
-	sections := []func(map[string]*series) error{r.latency, r.pace, r.throughput, r.pool, r.memory, r.isolation, r.tiers}
+	sections := []func(map[string]*series) error{r.latency, r.pace, r.sequential, r.throughput, r.pool, r.memory, r.isolation, r.tiers}
 	for _, f := range sections {
 		if err := f(all); err != nil {
 			return err
@@ -317,6 +317,26 @@ func (r *report) pace(all map[string]*series) error {
 	return nil
 }
 
+// sequential is BenchmarkSequentialAgent: one agent back to back against the default
+// pool, and the containers it made the pool spawn beyond the warm ones.
+func (r *report) sequential(all map[string]*series) error {
+	s := all["BenchmarkSequentialAgent"]
+	if s == nil {
+		return nil
+	}
+	v := s.Values
+	r.p("## One agent back to back, the default pool")
+	r.p("")
+	r.p("One agent sending the trivial job as soon as the last one ended (`BenchmarkSequentialAgent`), against the default pool: %.0f warm containers and room for 4 more. Each job arrives while the last one's container is being reset; it waits for that container rather than spawn one (about 0.4 s of the machine's CPU, memory held for the idle timeout) that would then sit idle.", v["warm"])
+	r.p("")
+	r.p("| runs | spawned beyond the warm | checkouts that waited for a reset | median | p90 | p99 | max |")
+	r.p("|---|---|---|---|---|---|---|")
+	r.p("| %d | %.0f | %.0f | %s |", len(s.lat), v["spawned_beyond_warm"], v["checkout_waits"], r.tail(s))
+	r.p("")
+	r.aim("containers spawned beyond the warm size, one agent back to back", "none", fmt.Sprintf("%.0f in %d jobs", v["spawned_beyond_warm"], len(s.lat)), v["spawned_beyond_warm"] == 0)
+	return nil
+}
+
 // throughputRecycled is 8 agents with the default recycling.
 const throughputRecycled = "BenchmarkThroughput/agents=8-default-recycling"
 
@@ -360,8 +380,9 @@ func (r *report) throughput(all map[string]*series) error {
 		r.recyclingAims(s, all["BenchmarkThroughput/agents=8"])
 	}
 	r.p("")
-	aimLine := plotter.XYs{{X: rate[0].X, Y: 400}, {X: rate[len(rate)-1].X, Y: 400}}
-	if err := linePlot(filepath.Join(r.plots, "throughput."+plotExt), "Throughput, pool of 4", "agents", "jobs/s", map[string]plotter.XYs{"jobs/s": rate, "aim: 400 jobs/s": aimLine}, false); err != nil {
+	r.cpuByProcess(append(pts, all[throughputRecycled]))
+	r.processes(all["BenchmarkCPUByProcess"])
+	if err := linePlot(filepath.Join(r.plots, "throughput."+plotExt), "Throughput, pool of 4", "agents", "jobs/s", map[string]plotter.XYs{"jobs/s": rate}, false); err != nil {
 		return err
 	}
 	if err := linePlot(filepath.Join(r.plots, "throughput-latency."+plotExt), "Latency as agents grow, pool of 4", "agents", "ms", map[string]plotter.XYs{"median": p50, "p99": p99}, true); err != nil {
@@ -370,6 +391,58 @@ func (r *report) throughput(all map[string]*series) error {
 	r.p("![throughput](bench/throughput.%s) ![latency as agents grow](bench/throughput-latency.%s)", plotExt, plotExt)
 	r.p("")
 	return nil
+}
+
+// cpuByProcess is the throughput rows' CPU a job by process, beside what the same
+// messages cost with nats.go alone, and the Go side's aim at 8 agents.
+func (r *report) cpuByProcess(rows []*series) {
+	r.p("CPU a job by process, from each process's CPU time around the load. The Go side is the benchmark's process: the agents, the embedded NATS server and the worker. The Docker engine is dockerd, containerd and fuse-overlayfs (the shims and runc are short-lived and not counted). Beside them, in the same process after the load: (b), the least a durable job needs from NATS with nats.go alone (a publish into a work-queue stream, a pull consumer's fetch, one core message back), and the job's whole NATS pattern with nats.go alone (the job published, fetched and acked, its cancel looked up, three acked events, the agent's subscription), each per round trip.")
+	r.p("")
+	r.p("| agents | Go side | Docker engine | containers | all three | (b) with nats.go | the job's pattern with nats.go | Go side / pattern |")
+	r.p("|---|---|---|---|---|---|---|---|")
+	for _, s := range rows {
+		if s == nil {
+			continue
+		}
+		v := s.Values
+		label := fmt.Sprintf("%.0f", v["agents"])
+		if v["max_uses"] < 1<<30 {
+			label += ", default recycling"
+		}
+		goSide, engine, ctrs, pattern := v["go_side_cpu_ms_per_job"], v["docker_engine_cpu_ms_per_job"], v["container_cpu_ms_per_job"], v["job_pattern_cpu_ms"]
+		ratio := "?"
+		if pattern > 0 {
+			ratio = fmt.Sprintf("%.2f×", goSide/pattern)
+		}
+		r.p("| %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %s |", label, goSide, engine, ctrs, goSide+engine+ctrs, v["nats_floor_cpu_ms"], pattern, ratio)
+		if v["agents"] == 8 && v["max_uses"] >= 1<<30 && pattern > 0 {
+			r.aim("the Go side's CPU a job at 8 agents vs the job's NATS pattern with nats.go alone, same run", "at most 1.5×",
+				fmt.Sprintf("%.2f ms against %.2f ms, %.2f×", goSide, pattern, goSide/pattern), goSide/pattern <= 1.5)
+		}
+	}
+	r.p("")
+}
+
+// processes is BenchmarkCPUByProcess: 8 agents with each part a process of its own.
+func (r *report) processes(s *series) {
+	if s == nil {
+		return
+	}
+	v := s.Values
+	r.p("The same 8 agents with each part a process of its own (`BenchmarkCPUByProcess`): a nats-server process, `worker serve` as production runs it (info log, metrics served), the agents' process: %.0f jobs/s, %.0f errors, median %s, p99 %s.", v["jobs_per_s"], v["errors"], ms(s.q(0.5)), ms(s.q(0.99)))
+	r.p("")
+	r.p("| process | CPU a job |")
+	r.p("|---|---|")
+	var total float64
+	for _, p := range []struct{ key, label string }{
+		{"nats_server", "nats-server"}, {"worker", "worker serve"}, {"agents", "the agents (Go client)"},
+		{"docker_engine", "Docker engine (dockerd, containerd, fuse-overlayfs)"}, {"containers", "containers (harness, zygote, scripts)"},
+	} {
+		total += v[p.key+"_cpu_ms_per_job"]
+		r.p("| %s | %.2f ms |", p.label, v[p.key+"_cpu_ms_per_job"])
+	}
+	r.p("| all | %.2f ms |", total)
+	r.p("")
 }
 
 func (r *report) pool(all map[string]*series) error {
