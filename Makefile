@@ -142,7 +142,7 @@ fault-test: base-image ## 1,000 jobs on 3 NATS servers and 2 workers (processes)
 
 .PHONY: bench-scale
 bench-scale: ## The control plane at scale by simulation: workers on an engine in memory, 3 NATS servers, backlogs of 1,000 to 100,000 (no Docker)
-	$(GO) test -run '^$$' -bench 'Scale' -benchtime 1x -timeout 40m ./deploy/nats/
+	$(GO) test -run '^$$' -bench 'Scale' -benchtime 1x -timeout 60m ./deploy/nats/
 
 .PHONY: bench-harness
 bench-harness: ## Benchmark one trivial execution through the executor and a local harness
