@@ -147,8 +147,9 @@ func throughput(b *testing.B, agents, maxUses int) {
 		"go_side_cpu_ms_per_job": perJob(self), "docker_engine_cpu_ms_per_job": perJob(engine), "container_cpu_ms_per_job": perJob(ctrs), "nats_floor_cpu_ms": natsFloor, "job_pattern_cpu_ms": patternFloor})
 }
 
-// engineProcesses are the Docker engine's processes, by command name: the daemon,
-// containerd, the shims and the overlay filesystem (on this host, fuse-overlayfs).
+// engineProcesses are the Docker engine's processes, by the start of their command
+// name: the daemon, containerd and the shims (containerd-shim), and the overlay
+// filesystem (on this host, fuse-overlayfs); host-wide.
 var engineProcesses = []string{"dockerd", "containerd", "fuse-overlayfs"}
 
 // agentLoad runs b.N trivial jobs through c from agents goroutines at once, with the

@@ -41,9 +41,16 @@ func BenchmarkCPUByProcess(b *testing.B) {
 	if err := worker.Start(); err != nil {
 		b.Fatal(err)
 	}
+	exited := make(chan struct{})
+	go func() { _ = worker.Wait(); close(exited) }()
 	b.Cleanup(func() {
 		_ = worker.Process.Signal(syscall.SIGTERM)
-		_ = worker.Wait()
+		select {
+		case <-exited:
+		case <-time.After(90 * time.Second):
+			_ = worker.Process.Kill()
+			<-exited
+		}
 		testenv.RemoveContainersOf(b, id)
 	})
 	nc, err := nats.Connect(url)
@@ -61,10 +68,13 @@ func BenchmarkCPUByProcess(b *testing.B) {
 		if _, err := js.Consumer(ctx, wire.StreamExec, wire.ConsumerName("default")); err == nil {
 			break
 		}
-		if ctx.Err() != nil {
+		select {
+		case <-exited:
+			b.Fatalf("the worker exited before it served:\n%s", log.String())
+		case <-ctx.Done():
 			b.Fatalf("the worker never served:\n%s", log.String())
+		case <-time.After(100 * time.Millisecond):
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	c := newClient(b, nc)
 	run(b, ctx, c, 20) // every container warm

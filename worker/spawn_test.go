@@ -39,13 +39,15 @@ func TestASequentialAgentSpawnsNothingBeyondTheWarmSize(t *testing.T) {
 }
 
 // BenchmarkSequentialAgent is the test above at the default pool (two warm, room for
-// four more) and b.N jobs: one agent sending the trivial job back to back, each as
+// four more; never recycled) and b.N jobs: one agent sending the trivial job back to back, each as
 // soon as the last ended. It reports the containers spawned beyond the warm size (the
 // aim: none), and the jobs' latency.
 func BenchmarkSequentialAgent(b *testing.B) {
 	_, nc := testenv.NATS(b)
 	warm := imagebuild.DefaultPoolSize
-	_, pool := startWorkerPool(b, nc, sandboxpool.Sandbox{PoolSize: warm, MaxOverflow: imagebuild.DefaultMaxOverflow}, nil, nil)
+	overflow := imagebuild.DefaultMaxOverflow
+	// Never recycled: a replacement after max_uses would count as a spawn.
+	_, pool := startWorkerPool(b, nc, sandboxpool.Sandbox{PoolSize: warm, MaxOverflow: overflow, MaxUses: 1 << 30}, nil, nil)
 	c := newClient(b, nc)
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)
@@ -60,5 +62,5 @@ func BenchmarkSequentialAgent(b *testing.B) {
 	beyond := float64(s.Spawned) - float64(warm)
 	b.ReportMetric(beyond, "spawned-beyond-warm")
 	b.ReportMetric(float64(s.CheckoutWaits), "checkout-waits")
-	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"spawned_beyond_warm": beyond, "warm": float64(warm), "checkout_waits": float64(s.CheckoutWaits)})
+	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"spawned_beyond_warm": beyond, "warm": float64(warm), "overflow": float64(overflow), "checkout_waits": float64(s.CheckoutWaits)})
 }

@@ -156,7 +156,10 @@ func workerCPU(b *testing.B, workerID string) time.Duration {
 		err = json.NewDecoder(res.Body).Decode(&st)
 		res.Body.Close()
 		if err != nil {
-			continue // removed while its stats were read
+			if _, ierr := testenv.Docker(b).ContainerInspect(context.Background(), id, dockerclient.ContainerInspectOptions{}); errdefs.IsNotFound(ierr) {
+				continue // removed while its stats were read
+			}
+			b.Fatal(err)
 		}
 		total += time.Duration(st.CPUStats.CPUUsage.TotalUsage)
 	}

@@ -65,8 +65,29 @@ func makeTopology(ctx context.Context, js jetstream.JetStream, c *Config) (*topo
 // events stream, so the default would end the fleet's 1,000th open session with
 // "maximum consumers limit reached" (BenchmarkScale found it). The fleet's own bounds
 // are the workers' max_sessions and the servers' memory; this one only stays out of
-// their way.
+// their way. A tenant's events stream, in its own account, has that account's bound
+// (auth.conf's max_consumers). The files bucket's stream keeps the default: its
+// consumers are the reads of input files under way, a few at a time.
 const streamMaxConsumers = 1_000_000
+
+// consumersBound is the bound of consumers the worker's streams get: none of its own
+// (the account's applies) when the account has a bound, which then replaces the
+// server's default and which a stream's may not exceed; streamMaxConsumers otherwise.
+func consumersBound(ctx context.Context, js jetstream.JetStream) (int, error) {
+	info, err := js.AccountInfo(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the account's JetStream limits: %w", err)
+	}
+	if info.Limits.MaxConsumers > 0 {
+		return 0, nil
+	}
+	for _, tier := range info.Tiers {
+		if tier.Limits.MaxConsumers > 0 {
+			return 0, nil
+		}
+	}
+	return streamMaxConsumers, nil
+}
 
 // makeStreams creates or updates the streams.
 func (t *topology) makeStreams(ctx context.Context, js jetstream.JetStream, c *Config) error {
@@ -92,8 +113,12 @@ func (t *topology) makeStreams(ctx context.Context, js jetstream.JetStream, c *C
 		// of another session (one that kept them and dropped the oldest let a flood
 		// of one session's calls lose another's). One session is one subject.
 	}}
+	maxConsumers, err := consumersBound(ctx, js)
+	if err != nil {
+		return err
+	}
 	for _, cfg := range streams {
-		cfg.Replicas, cfg.Storage, cfg.MaxConsumers = c.Replicas, jetstream.FileStorage, streamMaxConsumers
+		cfg.Replicas, cfg.Storage, cfg.MaxConsumers = c.Replicas, jetstream.FileStorage, maxConsumers
 		if err := t.makeStream(ctx, js, c, cfg); err != nil {
 			return err
 		}
@@ -137,6 +162,11 @@ func (t *topology) makeStream(ctx context.Context, js jetstream.JetStream, c *Co
 		}
 	}
 	stream, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil && old != nil && strings.Contains(err.Error(), "can not change MaxConsumers") {
+		// Servers before 2.12 refuse the change (and have no default bound to lift).
+		cfg.MaxConsumers = old.CachedInfo().Config.MaxConsumers
+		stream, err = js.CreateOrUpdateStream(ctx, cfg)
+	}
 	if err != nil {
 		return fmt.Errorf("create or update stream %s: %w", cfg.Name, err)
 	}

@@ -72,8 +72,10 @@ func warmMemory(b *testing.B, spec, script string, env map[string]string) {
 	usage, anon := containerMemory(b, ids[0])
 	values := map[string]float64{"usage_mb": usage, "anon_mb": anon}
 	procs := containerProcesses(b, ids[0])
-	if len(procs) != 3 { // the report names them: the harness, the zygote, the warm child
-		b.Fatalf("the warm container has %d processes, want 3: %+v", len(procs), procs)
+	// The report names them: the harness, the zygote it forked, the warm child the
+	// zygote forked: a chain of three.
+	if len(procs) != 3 || procs[0].children != 1 || procs[1].children != 1 || procs[2].children != 0 {
+		b.Fatalf("the warm container's processes are not the harness, the zygote and the warm child: %+v", procs)
 	}
 	for i, p := range procs {
 		values[fmt.Sprintf("proc_%d_pss_mb", i+1)], values[fmt.Sprintf("proc_%d_private_mb", i+1)] = p.pss, p.private
@@ -91,6 +93,7 @@ func warmMemory(b *testing.B, spec, script string, env map[string]string) {
 type memProcess struct {
 	cmd          string
 	pss, private float64
+	children     int
 }
 
 // containerProcesses walks a container's process tree from its init, depth first,
@@ -107,8 +110,9 @@ func containerProcesses(b *testing.B, id string) []memProcess {
 		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		p := memProcess{cmd: strings.TrimSpace(string(bytes.ReplaceAll(cmd, []byte{0}, []byte{' '})))}
 		p.pss, p.private = smapsRollup(b, pid)
-		out = append(out, p)
 		children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		p.children = len(strings.Fields(string(children)))
+		out = append(out, p)
 		for _, f := range strings.Fields(string(children)) {
 			if child, err := strconv.Atoi(f); err == nil {
 				walk(child)

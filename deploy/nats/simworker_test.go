@@ -33,6 +33,9 @@ type simWorkerSpec struct {
 	Sessions int
 }
 
+// simWorkerReady is what a simulated worker prints once it serves.
+const simWorkerReady = "jazzmine-sim-worker-ready\n"
+
 // simSlots is each simulated worker's container slots.
 const simSlots = 4
 
@@ -51,13 +54,15 @@ func startSimWorkers(b *testing.B, url string, keys clusterKeys, sandbox string,
 		procs = append(procs, start(b, fmt.Sprintf("sim worker %d", i), time.Minute, []string{simWorkerEnv + "=" + string(spec)}, os.Args[0]))
 	}
 	for _, p := range procs {
-		p.waitUntil(b, 3*time.Minute, p.name+" to start", func() bool { return strings.Contains(p.log.String(), "ready\n") })
+		p.waitUntil(b, 3*time.Minute, p.name+" to start", func() bool { return strings.Contains(p.log.String(), simWorkerReady) })
 	}
 	return procs
 }
 
 // runSimWorker is a simulated worker process's life: it starts the worker its
-// environment describes, says "ready" on stdout, and serves until SIGTERM.
+// environment describes, says simWorkerReady on stdout, and serves until SIGTERM, or
+// until the benchmark that started it is gone (killed, or past its -timeout: its
+// cleanups then never run).
 func runSimWorker() int {
 	var spec simWorkerSpec
 	if err := json.Unmarshal([]byte(os.Getenv(simWorkerEnv)), &spec); err != nil {
@@ -74,6 +79,13 @@ func runSimWorker() int {
 func serveSimWorker(spec simWorkerSpec) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	parent := os.Getppid()
+	go func() {
+		for ctx.Err() == nil && os.Getppid() == parent {
+			time.Sleep(time.Second)
+		}
+		stop()
+	}()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	nkey, err := nats.NkeyOptionFromSeed(spec.Seed)
 	if err != nil {
@@ -124,7 +136,7 @@ func serveSimWorker(spec simWorkerSpec) error {
 		}
 		time.Sleep(time.Second)
 	}
-	fmt.Println("ready")
+	fmt.Print(simWorkerReady)
 	<-ctx.Done()
 	dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer dcancel()

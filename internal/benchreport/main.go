@@ -327,7 +327,7 @@ func (r *report) sequential(all map[string]*series) error {
 	v := s.Values
 	r.p("## One agent back to back, the default pool")
 	r.p("")
-	r.p("One agent sending the trivial job as soon as the last one ended (`BenchmarkSequentialAgent`), against the default pool: %.0f warm containers and room for 4 more. Each job arrives while the last one's container is being reset; it waits for that container rather than spawn one (about 0.4 s of the machine's CPU, memory held for the idle timeout) that would then sit idle.", v["warm"])
+	r.p("One agent sending the trivial job as soon as the last one ended (`BenchmarkSequentialAgent`), against the default pool: %.0f warm containers and room for %.0f more (never recycled here, so that every spawn is one a job asked for). Each job arrives while the last one's container is being reset; it waits for that container rather than spawn one (about 0.4 s of the machine's CPU, memory held for the idle timeout) that would then sit idle.", v["warm"], v["overflow"])
 	r.p("")
 	r.p("| runs | spawned beyond the warm | checkouts that waited for a reset | median | p90 | p99 | max |")
 	r.p("|---|---|---|---|---|---|---|")
@@ -396,7 +396,7 @@ func (r *report) throughput(all map[string]*series) error {
 // cpuByProcess is the throughput rows' CPU a job by process, beside what the same
 // messages cost with nats.go alone, and the Go side's aim at 8 agents.
 func (r *report) cpuByProcess(rows []*series) {
-	r.p("CPU a job by process, from each process's CPU time around the load. The Go side is the benchmark's process: the agents, the embedded NATS server and the worker. The Docker engine is dockerd, containerd and fuse-overlayfs (the shims and runc are short-lived and not counted). Beside them, in the same process after the load: (b), the least a durable job needs from NATS with nats.go alone (a publish into a work-queue stream, a pull consumer's fetch, one core message back), and the job's whole NATS pattern with nats.go alone (the job published, fetched and acked, its cancel looked up, three acked events, the agent's subscription), each per round trip.")
+	r.p("CPU a job by process, from each process's CPU time around the load. The Go side is the benchmark's process: the agents, the embedded NATS server and the worker. The Docker engine is dockerd, containerd with the containers' shims, and fuse-overlayfs, host-wide (runc, short-lived, is not counted). Beside them, in the same process after the load: (b), the least a durable job needs from NATS with nats.go alone (a publish into a work-queue stream, a pull consumer's fetch, one core message back), and the job's whole NATS pattern with nats.go alone (the job published, fetched and acked, its cancel looked up, three acked events, the agent's subscription), each per round trip.")
 	r.p("")
 	r.p("| agents | Go side | Docker engine | containers | all three | (b) with nats.go | the job's pattern with nats.go | Go side / pattern |")
 	r.p("|---|---|---|---|---|---|---|---|")
@@ -440,7 +440,7 @@ func (r *report) processes(s *series) {
 	var total float64
 	for _, p := range []struct{ key, label string }{
 		{"nats_server", "nats-server"}, {"worker", "worker serve"}, {"agents", "the agents (Go client)"},
-		{"docker_engine", "Docker engine (dockerd, containerd, fuse-overlayfs)"}, {"containers", "containers (harness, zygote, scripts)"},
+		{"docker_engine", "Docker engine (dockerd, containerd and the shims, fuse-overlayfs)"}, {"containers", "containers (harness, zygote, scripts)"},
 	} {
 		total += v[p.key+"_cpu_ms_per_job"]
 		r.p("| %s | %.2f ms |", p.label, v[p.key+"_cpu_ms_per_job"])
