@@ -21,6 +21,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	dockerclient "github.com/moby/moby/client"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
@@ -113,8 +114,10 @@ func throughput(b *testing.B, agents, maxUses int) {
 	// CPU by process around the load: this process (the agents, the embedded NATS
 	// server and the worker: the Go side), the Docker engine's, the containers'.
 	self0, engine0, ctrs0 := testenv.SelfCPU(), testenv.ProcessCPU(engineProcesses...), workerCPU(b, w.ID())
+	msgs0 := serverMsgs(b, srv)
 	lat, errs, elapsed := agentLoad(b, ctx, c, agents)
 	self, engine, ctrs := testenv.SelfCPU()-self0, testenv.ProcessCPU(engineProcesses...)-engine0, workerCPU(b, w.ID())-ctrs0
+	msgs := serverMsgs(b, srv) - msgs0
 	rate := float64(len(lat)) / elapsed.Seconds()
 	perJob := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
 	// What the same messages cost with nats.go alone (floor (b): the server and both
@@ -130,11 +133,12 @@ func throughput(b *testing.B, agents, maxUses int) {
 	// acked events too): the Go side's aim is at most 1.5x of it.
 	pattern := testenv.NewJobPatternFloor(b, srv.ClientURL())
 	runtime.GC()
-	patternCPU0 := testenv.SelfCPU()
+	patternCPU0, patternMsgs0 := testenv.SelfCPU(), serverMsgs(b, srv)
 	for range 1000 {
 		pattern.RoundTrip(b)
 	}
 	patternFloor := float64((testenv.SelfCPU() - patternCPU0).Microseconds()) / 1000 / 1000
+	patternMsgs := float64(serverMsgs(b, srv)-patternMsgs0) / 1000
 	b.ReportMetric(rate, "jobs/s")
 	b.ReportMetric(float64(errs), "errors")
 	b.ReportMetric(perJob(self), "go-side-cpu-ms/job")
@@ -143,8 +147,21 @@ func throughput(b *testing.B, agents, maxUses int) {
 	b.ReportMetric(natsFloor, "nats-floor-cpu-ms/op")
 	b.ReportMetric(patternFloor, "job-pattern-cpu-ms/op")
 	b.ReportMetric(perJob(self)/patternFloor, "go-side/job-pattern")
+	b.ReportMetric(float64(msgs)/float64(b.N), "server-msgs/job")
+	b.ReportMetric(patternMsgs, "server-msgs/pattern")
 	testenv.ReportLatencyValues(b, "", lat, map[string]float64{"jobs_per_s": rate, "agents": float64(agents), "errors": float64(errs), "max_uses": float64(maxUses),
-		"go_side_cpu_ms_per_job": perJob(self), "docker_engine_cpu_ms_per_job": perJob(engine), "container_cpu_ms_per_job": perJob(ctrs), "nats_floor_cpu_ms": natsFloor, "job_pattern_cpu_ms": patternFloor})
+		"go_side_cpu_ms_per_job": perJob(self), "docker_engine_cpu_ms_per_job": perJob(engine), "container_cpu_ms_per_job": perJob(ctrs), "nats_floor_cpu_ms": natsFloor, "job_pattern_cpu_ms": patternFloor,
+		"server_msgs_per_job": float64(msgs) / float64(b.N), "server_msgs_per_pattern": patternMsgs})
+}
+
+// serverMsgs is the messages the NATS server has taken in and sent out, its own
+// internal ones (JetStream's API, acks, stream stores) included.
+func serverMsgs(b *testing.B, srv *server.Server) int64 {
+	v, err := srv.Varz(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v.InMsgs + v.OutMsgs
 }
 
 // engineProcesses are the Docker engine's processes, by the start of their command
