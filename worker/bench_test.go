@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -346,16 +344,7 @@ func memory(b *testing.B, embedded bool) {
 			}
 		}
 		cmd.Env = env
-		log := &syncWriter{w: &bytes.Buffer{}}
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-			testenv.RemoveContainersOf(b, id)
-		})
+		log, _ := startChild(b, cmd, func() { testenv.RemoveContainersOf(b, id) })
 		pid, logs = cmd.Process.Pid, log.String
 		var err error
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {

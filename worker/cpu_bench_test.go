@@ -1,14 +1,12 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,23 +34,7 @@ func BenchmarkCPUByProcess(b *testing.B) {
 	id := fmt.Sprintf("bench-cpu-%d", time.Now().UnixNano())
 	worker := exec.Command(workerBinary(b), "serve", "--config", cfg, "--worker-id", id, "--metrics-addr", "127.0.0.1:0")
 	worker.Env = append(os.Environ(), "NATS_URL="+url)
-	log := &syncWriter{w: &bytes.Buffer{}}
-	worker.Stdout, worker.Stderr = log, log
-	if err := worker.Start(); err != nil {
-		b.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = worker.Wait(); close(exited) }()
-	b.Cleanup(func() {
-		_ = worker.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(90 * time.Second):
-			_ = worker.Process.Kill()
-			<-exited
-		}
-		testenv.RemoveContainersOf(b, id)
-	})
+	log, exited := startChild(b, worker, func() { testenv.RemoveContainersOf(b, id) })
 	nc, err := nats.Connect(url)
 	if err != nil {
 		b.Fatal(err)
@@ -103,15 +85,7 @@ func natsServerProcess(b *testing.B) (url string, pid int) {
 	addr := freeAddr(b)
 	host, port, _ := strings.Cut(addr, ":")
 	cmd := exec.Command(testenv.StaticBinary(b, "github.com/nats-io/nats-server/v2"), "-js", "-a", host, "-p", port, "-sd", b.TempDir())
-	log := &syncWriter{w: &bytes.Buffer{}}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	})
+	log, _ := startChild(b, cmd, nil)
 	url = "nats://" + addr
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		nc, err := nats.Connect(url)

@@ -104,6 +104,33 @@ func (p *workerProcess) httpGetter(t testing.TB) func(path string) (int, string)
 	}
 }
 
+// startChild starts cmd with its output into the returned log, and stops it at the
+// end of the test: SIGTERM, SIGKILL if it has not exited within 90 s, then after, if
+// not nil. exited is closed once it has exited.
+func startChild(t testing.TB, cmd *exec.Cmd, after func()) (log *syncWriter, exited <-chan struct{}) {
+	t.Helper()
+	log = &syncWriter{w: &bytes.Buffer{}}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(90 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if after != nil {
+			after()
+		}
+	})
+	return log, done
+}
+
 type syncWriter struct {
 	mu sync.Mutex
 	w  *bytes.Buffer
