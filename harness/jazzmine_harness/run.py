@@ -442,6 +442,12 @@ class Run:
         except Exception:  # ValueError, RecursionError, AttributeError (not an object)...
             self.warn("harness: dropped a malformed event line from the script")
             return drained
+        if kind == p.WARM:
+            # The child's warm-up, left in the pipe when the execute came before the
+            # parent had read it (a busy host): written before the script started, so
+            # it relays nothing. Draining the pipes for it, as for a line without
+            # counts, put everything the script had printed so far before its events.
+            return drained
         upto = {p.STDOUT: ev.get("_o"), p.STDERR: ev.get("_e")}
         if all(isinstance(n, int) and not isinstance(n, bool) for n in upto.values()):
             self._drain_text(child, upto)
