@@ -304,13 +304,7 @@ func publishAll(b *testing.B, js jetstream.JetStream, sandbox string, ids []stri
 		case <-ack.Err():
 		}
 		again++
-		var err error
-		for try := 0; try < 5; try++ {
-			if _, err = js.PublishMsg(context.Background(), msgs[i], jetstream.WithRetryAttempts(5)); err == nil {
-				break
-			}
-		}
-		if err != nil {
+		if _, err := js.PublishMsg(context.Background(), msgs[i], jetstream.WithRetryAttempts(5)); err != nil {
 			b.Errorf("publish job %d again: %v", i, err)
 			return again
 		}

@@ -463,8 +463,6 @@ class Run:
             self.finished = True
             self.child_cpu_ms, self.peak_kib = _count(ev.get("cpu_ms"), float), _count(ev.get("peak_memory_kib"), int)
             return
-        if kind == p.WARM:
-            return
         if kind not in p.CHILD_EVENT_TYPES:
             self.warn("harness: dropped an event of unknown type %r from the script" % (kind if isinstance(kind, str) else type(kind).__name__,))
             return
