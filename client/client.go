@@ -43,8 +43,12 @@ const (
 	// after the NATS server that held the consumer is lost, that name can
 	// stay assigned to the dead server, and every try times out: with
 	// nats-server 2.15 and nats.go 1.55, a third of the executions of the
-	// agents whose connection failed over never read another event. Two
-	// tries take at most about 21 s (10 s each, 1 s apart).
+	// agents whose connection failed over never read another event. (In
+	// nats.go's jetstream/ordered.go, reset names the new consumer once and
+	// retries under that name. Upstream: nats-io/nats.go#1033, "Ordered
+	// consumer subscription can become invalid", is the nearest open issue;
+	// none names the reused name.) Two tries take at most about 21 s (10 s
+	// each, 1 s apart). Drop the workaround once upstream renames per try.
 	consumerResetAttempts = 2
 
 	// resumeTimeout bounds the creation of an events consumer: when an

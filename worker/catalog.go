@@ -55,8 +55,8 @@ type catalog struct {
 
 	viewMu   sync.Mutex              // guards view, listed and listedAt
 	view     map[string]catalogEntry // the bucket's entries, as watched (watch)
-	listed   []byte                  // view as a tenant's answer (list)
-	listedAt time.Time
+	listed   [2][]byte               // view as a tenant's answer and the fleet's (list)
+	listedAt [2]time.Time
 }
 
 // catalogEntry is an entry of the bucket as watched, and when it was put.
@@ -249,10 +249,11 @@ func (c *catalog) entry(sb Sandbox, ready harness.Ready, docs bool) wire.Sandbox
 	return info
 }
 
-// Tenants' catalog. A tenant's account does not reach the catalog bucket: its agents
-// ask on wire.SubjectSandboxes, which arrives as jazzmine.sandboxes.<tenant>, and one
-// worker answers with the catalog's entries, within the tenant's rate and its share
-// of the background work. A worker keeps a view of the bucket, watched, so that no
+// The catalog's one read path: agents ask on wire.SubjectSandboxes and one worker
+// answers with the catalog's entries. A tenant's account does not reach the catalog
+// bucket: its request arrives as jazzmine.sandboxes.<tenant>, answered within the
+// tenant's rate and its share of the background work; the fleet's own account's is
+// answered at once. A worker keeps a view of the bucket, watched, so that no
 // request reads it: a read that stalled held the requests' background slots, and the
 // other tenants' cancels, replays and chunks waited.
 const (
@@ -303,7 +304,7 @@ func (c *catalog) fold(entry jetstream.KeyValueEntry) {
 	if c.view == nil {
 		c.view = map[string]catalogEntry{}
 	}
-	c.listed = nil
+	c.listed = [2][]byte{}
 	var info wire.SandboxInfo
 	if entry.Operation() != jetstream.KeyValuePut || json.Unmarshal(entry.Value(), &info) != nil {
 		delete(c.view, entry.Key()) // deleted, purged, or no entry a worker of this version wrote
@@ -316,27 +317,46 @@ func (c *catalog) fold(entry jetstream.KeyValueEntry) {
 // the background within the tenant's rate (catalogRate).
 func (c *catalog) serveTenants(m *nats.Msg) {
 	c.bg.serveTenant(m, wire.ParseSandboxesSubject, c.rates, func(context.Context, string) *nats.Msg {
-		reply := &nats.Msg{Header: nats.Header{wire.HeaderContentType: {wire.ContentTypeJSON}}}
-		var err error
-		if reply.Data, err = c.list(); err != nil {
-			reply.Data = nil
-			reply.Header.Set(wire.HeaderError, "the sandbox catalog: "+err.Error())
-		}
-		return reply
+		return c.answer(false)
 	})
 }
 
+// serveFleet is the handler of wire.SubjectSandboxes in the fleet's own account: the
+// whole catalog, answered at once from the view.
+func (c *catalog) serveFleet(m *nats.Msg) {
+	if m.Reply != "" {
+		_ = m.RespondMsg(c.answer(true))
+	}
+}
+
+// answer is a catalog request's answer: the catalog as a tenant sees it, or all of
+// it for the fleet's own account (fleet).
+func (c *catalog) answer(fleet bool) *nats.Msg {
+	reply := &nats.Msg{Header: nats.Header{wire.HeaderContentType: {wire.ContentTypeJSON}}}
+	var err error
+	if reply.Data, err = c.list(fleet); err != nil {
+		reply.Data = nil
+		reply.Header.Set(wire.HeaderError, "the sandbox catalog: "+err.Error())
+	}
+	return reply
+}
+
 // list returns the view's entries put within the bucket's TTL, sorted by name, as a
-// JSON array, made again after a change or listFresh.
-func (c *catalog) list() ([]byte, error) {
+// JSON array, made again after a change or listFresh: those a tenant may use, or
+// every one for the fleet (fleet).
+func (c *catalog) list(fleet bool) ([]byte, error) {
 	c.viewMu.Lock()
 	defer c.viewMu.Unlock()
-	if c.listed != nil && time.Since(c.listedAt) < listFresh {
-		return c.listed, nil
+	k := 0
+	if fleet {
+		k = 1
+	}
+	if c.listed[k] != nil && time.Since(c.listedAt[k]) < listFresh {
+		return c.listed[k], nil
 	}
 	infos := []wire.SandboxInfo{}
 	for _, e := range c.view {
-		if time.Since(e.put) < SandboxesTTL && !e.info.FleetOnly {
+		if time.Since(e.put) < SandboxesTTL && (fleet || !e.info.FleetOnly) {
 			infos = append(infos, e.info)
 		}
 	}
@@ -356,6 +376,6 @@ func (c *catalog) list() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.listed, c.listedAt = data, time.Now()
+	c.listed[k], c.listedAt[k] = data, time.Now()
 	return data, nil
 }

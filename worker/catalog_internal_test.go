@@ -31,7 +31,7 @@ func TestATenantsCatalogAnswerFitsAMessage(t *testing.T) {
 		c.view[name] = catalogEntry{put: put, info: wire.SandboxInfo{Sandbox: name, Tools: []wire.ToolSpec{{Name: "f", Doc: doc[:i*(250<<10)]}}}}
 	}
 	c.view["fleetonly"] = catalogEntry{put: time.Now(), info: wire.SandboxInfo{Sandbox: "fleetonly", FleetOnly: true, Tools: []wire.ToolSpec{{Name: "f"}}}}
-	data, err := c.list()
+	data, err := c.list(false)
 	if err != nil {
 		t.Fatal(err)
 	}

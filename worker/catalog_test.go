@@ -80,3 +80,52 @@ func TestATenantAsksTheWorkersForTheCatalog(t *testing.T) {
 		t.Errorf("%d of a burst of 200 catalog requests were answered busy; want all past the tenant's rate (4 a second)", busy)
 	}
 }
+
+// TestTheFleetAsksTheWorkersForTheCatalogAsATenantDoes: the catalog has one read
+// path. A client of the fleet's own account asks the workers as a tenant's does, and
+// gets every entry of the bucket, sorted by name: a fleet-only sandbox too, which a
+// tenant's answer leaves out; an entry that is no sandbox's description is left out of
+// both.
+func TestTheFleetAsksTheWorkersForTheCatalogAsATenantDoes(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	testworker.Start(t, nc, testworker.Options{Sandbox: sandboxpool.Sandbox{PoolSize: 1}})
+	kv := bucket(t, nc, wire.SandboxesBucket)
+	for key, value := range map[string]string{
+		"zeta":      `{"sandbox":"zeta","tools":[],"timeout_sec":30,"worker_id":"w1","updated":"2026-01-01T00:00:00Z"}`,
+		"alpha":     `{"sandbox":"alpha","description":"d","tools":[{"name":"add","signature":"(a: int) -> int","doc":"Adds.","async":true}],"timeout_sec":10,"worker_id":"w2","updated":"2026-01-01T00:00:00Z"}`,
+		"fleetonly": `{"sandbox":"fleetonly","tools":[],"fleet_only":true,"worker_id":"w3","updated":"2026-01-01T00:00:00Z"}`,
+		"broken":    `not json`,
+	} {
+		if _, err := kv.PutString(t.Context(), key, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(client.Config{Conn: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(infos []client.SandboxInfo) []string {
+		var out []string
+		for _, info := range infos {
+			out = append(out, info.Sandbox)
+		}
+		return out
+	}
+	want := []string{"alpha", "default", "fleetonly", "zeta"}
+	cat := catalogWhen(t, c, "the fleet's answer", func(cat map[string]client.SandboxInfo) bool { return len(cat) == len(want) })
+	if a := cat["alpha"]; a.Description != "d" || a.TimeoutSec != 10 || len(a.Tools) != 1 || a.Tools[0] != (wire.ToolSpec{Name: "add", Signature: "(a: int) -> int", Doc: "Adds.", Async: true}) {
+		t.Errorf("alpha = %+v", a)
+	}
+	listed, err := c.Sandboxes(t.Context())
+	if err != nil || !slices.Equal(names(listed), want) {
+		t.Errorf("the fleet's catalog: %v, %v; want %v", names(listed), err, want)
+	}
+	m, err := nc.Request(wire.SubjectSandboxes+".t1", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tenant []client.SandboxInfo
+	if err := json.Unmarshal(m.Data, &tenant); err != nil || !slices.Equal(names(tenant), []string{"alpha", "default", "zeta"}) {
+		t.Errorf("a tenant's catalog: %v, %v; want it without the fleet-only sandbox", names(tenant), err)
+	}
+}

@@ -32,7 +32,7 @@ type files struct {
 	bg        *background                 // where tenants' chunk requests are served
 
 	mu      sync.Mutex
-	tenants map[string]*tenantBucket // the tenants' buckets this worker has made or looked up (tenantfiles.go)
+	tenants map[string]*tenantBucket // the tenants' buckets this worker has made or looked up (tenantBucket)
 	rates   *tenantRates             // each tenant's chunk requests
 }
 

@@ -167,7 +167,7 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 	p := pr.events.publisher(ref, attempt, ct, job.Metadata)
 	p.traceFrom(ctx, pr.tel.prop)
 	if out, reason, ok := pr.endedBefore(p, attempt, log); ok {
-		return out, reason // ended by an earlier attempt, or delivered past the last (ended.go)
+		return out, reason // ended by an earlier attempt, or delivered past the last (ended)
 	}
 	if handled, err := pr.cancels.cancelledWhileQueued(ctx, ref.key(), ex); err != nil {
 		log.Warn("look up cancels", "execution_id", ref, "err", err)
@@ -269,7 +269,7 @@ func (pr *processor) failedBefore(ctx context.Context, p *publisher, attempt int
 	if last {
 		if perr := p.terminal(wire.KindInfrastructure, fmt.Sprintf("gave up after %d deliveries: %s", attempt, msg)); perr != nil {
 			log.Warn("publish terminal event", "execution_id", p.ref, "err", perr)
-			return outUnstored, truncateReason(msg) // not terminated: the delivery after the last ends it (ended.go)
+			return outUnstored, truncateReason(msg) // not terminated: the delivery after the last ends it (ended)
 		}
 	}
 	return outInfrastructure, truncateReason(msg)
@@ -323,7 +323,7 @@ func (pr *processor) run(ctx context.Context, lease *sandboxpool.Lease, job *wir
 			}
 		}
 		if ev.Type == wire.EventError && hev.Kind == wire.KindCancelled && handedOver(ctx) {
-			return nil // not cancelled: the job goes back to the queue (ended.go)
+			return nil // not cancelled: the job goes back to the queue (ended)
 		}
 		return p.publish(ev)
 	})

@@ -12,53 +12,21 @@ import (
 	"github.com/jazzmine/worker/wire"
 )
 
-// The opener of a sandbox's sessions (see session.go) sees every call once, and is
-// what answers for the calls of a session whose owner died. It holds calls (a nak,
-// looked at again later) rather than watching every one until it has its end, which
-// made one session's thousands of queued calls keep the sandbox's other sessions from
-// opening. A call of a live session is acked by the opener when
+// The opener of a sandbox's sessions (see session.go) sees every call once, on one
+// worker, and routes it once:
 //
-//   - its owner has acked the call, and with it every call before it (the session's
-//     consumer's ack floor), or
-//   - the opener holds a later call of the session: held calls answer for the calls
-//     before them, as that later call is itself acked only by one of these rules.
+//   - a call of a session nobody holds opens it there (claim);
+//   - a call of an open session is acked as soon as the session's own consumer
+//     exists: that consumer has the call, and its owner runs it, or the session's
+//     end answers it (the end deletes the consumer before it reads what is left);
+//   - a call of an ended session is answered with session_lost.
 //
-// A call of an ended session is answered with session_lost and acked once every call
-// the session left has its end (the entry's Answered): its end answers them (finish),
-// from the first call its owner had not acked. An end cut short (its worker died or
-// shut down during it) is finished by the opener that holds one of its calls. So the
-// opener holds about one call of each session, the last it has seen, and a session's
-// queue costs it two looks at each call.
+// What a dead owner or an end cut short leaves is the rescuer's (rescuer.go), on a
+// timer, not the opener's: the opener holds no call and keeps no view of a session.
 
-// A view is what an opener knows of a session: its entry, and its owner's ack floor.
-type view struct {
-	entry   *sessionEntry
-	rev     uint64
-	written time.Time // of the entry
-	floor   uint64    // the owner has acked every call up to this stream sequence
-	known   bool      // floor was read from the owner's consumer
-	held    uint64    // the latest call this opener held (nakked) of the session
-	read    time.Time // when entry and floor were read
-	// readAfter: every call up to this stream sequence was stored before the read.
-	readAfter uint64
-}
-
-// views are an opener's views, by session key. A view's entry and floor are read
-// again once older than viewAge, or when what the opener does depends on their being
-// current: a floor only grows and an ended entry stays ended, so an older view may
-// hold a call but never acks one it should not.
-type views struct {
-	m    map[string]*view
-	seen uint64 // the latest stream sequence the opener has been handed
-}
-
-const (
-	viewAge  = 250 * time.Millisecond
-	viewsMax = 4096 // past it, views start over
-	// endStall is how long an ended session may go without its calls' being answered
-	// before an opener finishes its end for it.
-	endStall = 30 * time.Second
-)
+// endStall is how long an ended session may go without its calls' being answered
+// before a rescuer finishes its end for it.
+const endStall = 30 * time.Second
 
 // open is an opener loop: one call at a time of the sandbox's sessions.
 func (s *sessions) open(ctx context.Context, sandbox string, cons jetstream.Consumer) {
@@ -66,44 +34,12 @@ func (s *sessions) open(ctx context.Context, sandbox string, cons jetstream.Cons
 	if !s.gates.wait(ctx, sandbox) {
 		return
 	}
-	vs := &views{m: map[string]*view{}}
-	pullEach(ctx, cons, s.log.With("sandbox", sandbox), "a session call", func(msg jetstream.Msg) { s.see(ctx, sandbox, msg, vs) })
+	pullEach(ctx, cons, s.log.With("sandbox", sandbox), "a session call", func(msg jetstream.Msg) { s.see(ctx, sandbox, msg) })
 }
 
-// view returns the opener's view of session id, read again when it is older than
-// viewAge or current is set. A session with no entry has no view kept.
-func (s *sessions) view(ctx context.Context, id sessionRef, vs *views, current bool) (*view, error) {
-	v := vs.m[id.key()]
-	if v != nil && !current && time.Since(v.read) < viewAge {
-		return v, nil
-	}
-	entry, rev, written, err := s.entry(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if v == nil {
-		v = &view{}
-	}
-	v.entry, v.rev, v.written, v.read, v.readAfter = entry, rev, written, time.Now(), vs.seen
-	if entry != nil && entry.State == sessionOpen {
-		if c, err := s.js.Consumer(ctx, wire.StreamSessions, id.consumer()); err == nil {
-			v.floor, v.known = max(v.floor, c.CachedInfo().AckFloor.Stream), true
-		}
-	}
-	if entry != nil {
-		if len(vs.m) >= viewsMax {
-			clear(vs.m)
-		}
-		vs.m[id.key()] = v
-	}
-	return v, nil
-}
-
-// see decides what the opener does with a call: a call of an unknown session opens
-// it; a call of an open session is its owner's to run, and the opener holds it until
-// one of the rules above acks it, or ends the session if its owner died; a call of an
-// ended session gets session_lost.
-func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, vs *views) {
+// see routes a call: a call of an unknown session opens it; a call of an open
+// session is its owner's to run; a call of an ended session gets session_lost.
+func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg) {
 	tenant, _, sid, err := wire.ParseSessionSubject(msg.Subject())
 	id := sessionRef{tenant, sid}
 	meta, merr := msg.Metadata()
@@ -113,8 +49,6 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 		s.done(msg)
 		return
 	}
-	seq := meta.Sequence.Stream
-	vs.seen = max(vs.seen, seq)
 	// Nothing is ever published under a call with no valid id (decode owns none): it
 	// opens no session and has no end; its owner refuses it.
 	key := msg.Headers().Get(wire.HeaderMsgID)
@@ -123,22 +57,15 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 		s.answerDone(sandbox, msg, wire.KindInvalidJob, refused.Error()) // no tenant's session of it is ever opened
 		return
 	}
-	v, err := s.view(ctx, id, vs, false)
-	if err == nil && v.entry != nil && v.entry.State == sessionOpen && v.held > seq && v.floor < seq && seq > v.readAfter {
-		// Acked on a later call only if stored while the session was open: then its
-		// end's answers cover it, should it end.
-		v, err = s.view(ctx, id, vs, true)
-	}
+	entry, _, _, err := s.entry(ctx, id)
 	if err != nil {
 		s.log.Warn("look up a session", "session_id", id.key(), "err", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	entry := v.entry
 	switch {
 	case entry == nil && !valid:
 		s.done(msg)
-		return
 	case entry == nil:
 		switch answered, err := s.events.ended(ctx, execRef{tenant, key}.key()); {
 		case err != nil:
@@ -146,42 +73,42 @@ func (s *sessions) see(ctx context.Context, sandbox string, msg jetstream.Msg, v
 		case answered:
 			s.done(msg) // cancelled while queued (cancel.go)
 		default:
-			s.claim(ctx, sandbox, id, msg, meta, vs)
+			s.claim(ctx, sandbox, id, msg, meta)
 		}
-		return
 	case entry.Sandbox != sandbox:
 		s.answerDone(sandbox, msg, wire.KindInvalidJob, fmt.Sprintf("session %s is a session of sandbox %s, not %s: a session id is one session's, use a new one", id.id, entry.Sandbox, sandbox))
-		return
-	case entry.State == sessionOpen && v.floor >= seq:
-		s.done(msg) // its owner ran it
-		return
-	case entry.State == sessionOpen && v.held > seq:
-		_ = msg.Ack() // a later call held answers for it; its owner runs it
-		return
-	case entry.State == sessionOpen && s.alive(entry, id, v.written):
-		s.hold(msg, meta, v)
-		return
 	case entry.State == sessionOpen:
-		if v, err = s.view(ctx, id, vs, true); err == nil && v.entry != nil && v.entry.State == sessionOpen && v.floor < seq && !s.alive(v.entry, id, v.written) {
-			s.endDead(ctx, sandbox, id, v)
-		}
-		s.hold(msg, meta, v) // looked at again, in whatever state the session is now
-		return
-	}
-	if valid {
-		if err := s.answer(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id.id, entry.Reason)); err != nil {
-			_ = msg.NakWithDelay(time.Second)
-			return
-		}
-	}
-	if entry.Answered || v.held > seq {
+		s.handOn(ctx, id, msg, meta)
+	case valid:
+		s.answerDone(sandbox, msg, wire.KindSessionLost, fmt.Sprintf("session %s ended: %s", id.id, entry.Reason))
+	default:
 		s.done(msg)
-		return
 	}
-	if time.Since(v.written) > endStall {
-		s.finishLater(ctx, sandbox, id, entry)
+}
+
+// handOn acks a call of open session id once the session's consumer exists. The
+// consumer then has the call, stored before it was looked up: its owner runs it, or
+// the session's end answers it, as the end deletes the consumer before it answers
+// what the session left. Until the consumer exists (the session being opened by
+// another worker, or its end begun) the call is looked at again a little later,
+// when its entry may say ended.
+func (s *sessions) handOn(ctx context.Context, id sessionRef, msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+	_, err := s.js.Consumer(ctx, wire.StreamSessions, id.consumer())
+	switch {
+	case err == nil:
+		_ = msg.Ack()
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		_ = msg.NakWithDelay(lookAgain(meta))
+	default:
+		s.log.Warn("look up a session's consumer", "session_id", id.key(), "err", err)
+		_ = msg.NakWithDelay(time.Second)
 	}
-	s.hold(msg, meta, v)
+}
+
+// lookAgain is how long the opener waits before it looks at a call again: 100 ms,
+// then longer the more often it has looked, up to 5 s.
+func lookAgain(meta *jetstream.MsgMetadata) time.Duration {
+	return min(time.Duration(meta.NumDelivered)*100*time.Millisecond, 5*time.Second)
 }
 
 // answerDone answers the call (see answer) and, once it has its end, is done with it.
@@ -231,31 +158,6 @@ func (s *sessions) dropThrough(h *session, msg jetstream.Msg) {
 // purge deletes the calls of session id up to stream sequence through.
 func (s *sessions) purge(ctx context.Context, sandbox string, id sessionRef, through uint64) error {
 	return s.stream.Purge(ctx, jetstream.WithPurgeSubject(id.subject(sandbox)), jetstream.WithPurgeSequence(through+1))
-}
-
-// hold looks at the call again later, and notes it held.
-func (s *sessions) hold(msg jetstream.Msg, meta *jetstream.MsgMetadata, v *view) {
-	v.held = max(v.held, meta.Sequence.Stream)
-	_ = msg.NakWithDelay(watchDelay(meta))
-}
-
-// watchDelay is how long the opener waits before it looks at a held call again:
-// 100 ms, then longer the more often it has looked, up to 5 s.
-func watchDelay(meta *jetstream.MsgMetadata) time.Duration {
-	return min(time.Duration(meta.NumDelivered)*100*time.Millisecond, 5*time.Second)
-}
-
-// endDead ends the open session of view v, whose owner died, and finishes its end in
-// the background.
-func (s *sessions) endDead(ctx context.Context, sandbox string, id sessionRef, v *view) {
-	e := &sessionEntry{Worker: v.entry.Worker, Sandbox: sandbox, State: sessionEnded, Reason: fmt.Sprintf("its worker %s died", v.entry.Worker)}
-	if v.known {
-		e.From = v.floor + 1
-	}
-	if _, err := s.kv.Update(ctx, id.key(), mustJSON(e), v.rev); err != nil {
-		return // someone else changed it: the next look sees what
-	}
-	s.finishLater(ctx, sandbox, id, e)
 }
 
 // finishLater runs finish in the background, once at a time per session on this
@@ -347,8 +249,8 @@ func (s *sessions) answerAll(ctx context.Context, sandbox string, id sessionRef,
 // claim opens session id here for its first call msg, or, at this worker's limits,
 // leaves it to another worker (a nak) until the last delivery, which answers the call
 // with session_limit and ends the session before it began. The call that opened the
-// session is held as any other.
-func (s *sessions) claim(ctx context.Context, sandbox string, id sessionRef, msg jetstream.Msg, meta *jetstream.MsgMetadata, vs *views) {
+// session is acked once the session's consumer, which starts at its first call, exists.
+func (s *sessions) claim(ctx context.Context, sandbox string, id sessionRef, msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 	last := int(meta.NumDelivered) >= s.cfg.MaxDeliver
 	if full := s.reserve(sandbox, id); full != "" {
 		s.log.Debug("no room for a session here", "session_id", id.key(), "sandbox", sandbox, "limit", full, "last_delivery", last)
@@ -388,11 +290,7 @@ func (s *sessions) claim(ctx context.Context, sandbox string, id sessionRef, msg
 		s.done(msg)
 		return
 	}
-	if v, err := s.view(ctx, id, vs, true); err == nil {
-		s.hold(msg, meta, v)
-		return
-	}
-	_ = msg.NakWithDelay(watchDelay(meta))
+	_ = msg.Ack() // the session's consumer, from its first call, has it
 }
 
 // reserve says why this worker may not open session id of sandbox now ("held 4

@@ -39,7 +39,7 @@ func (o outcome) String() string {
 // until the last delivery, which is given up (after a terminal event) instead. A job
 // whose events could not be stored is never given up by its worker, which could not
 // store its end either: it is retried after nakDelay (the caller grows it past the
-// last delivery), and a delivery past the last ends it (see ended.go). A job cut by
+// last delivery), and a delivery past the last ends it (see job.go, ended). A job cut by
 // the worker's shutdown goes back to the queue at once, for another worker.
 func decide(o outcome, lastDelivery bool, nakDelay time.Duration) (action, time.Duration) {
 	switch o {

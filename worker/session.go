@@ -18,20 +18,22 @@ import (
 
 // Sessions. A session's calls are published on jazzmine.session.<sandbox>.<id>
 // (jazzmine.session.<tenant>.<sandbox>.<id> from a tenant) and
-// kept in StreamSessions. Two kinds of consumers read them:
+// kept in StreamSessions while they wait. Each call is routed once:
 //
 //   - per sandbox, the fleet's opener (wire.SessionOpenerName) sees every call once,
-//     on one worker. A call of a session nobody holds opens it there: the worker
-//     claims the session in BucketSessions (a create, so one worker wins), takes a
-//     container of its own for it and makes the session's consumer. A call of a
+//     on one worker (opener.go). A call of a session nobody holds opens it there: the
+//     worker claims the session in BucketSessions (a create, so one worker wins),
+//     takes a container of its own for it and makes the session's consumer. A call
+//     of an open session is acked: the session's consumer has it. A call of a
 //     session that ended (closed, idle, too old, its process or its worker died) is
-//     answered with session_lost by the opener, and never runs: no silent new session.
+//     answered with session_lost, and never runs: no silent new session.
 //   - per session, its owner's consumer (wire.SessionConsumerName), which starts at
-//     the first call and delivers the calls in order, one at a time.
+//     the first call and delivers the calls in order, one at a time, to the loop
+//     that runs them (serve).
 //
-// The opener acks the calls of live sessions without doing anything: their owner's
-// consumer has them too. It holds about one call of each session until the calls
-// before it have their ends, and answers for the calls of a dead owner (opener.go).
+// A session whose owner is gone, or whose end was cut short, is the rescuer's
+// (rescuer.go): every worker watches the bucket, and on a timer ends such sessions
+// and answers the calls they left.
 
 // Session states in BucketSessions.
 const (
@@ -48,12 +50,13 @@ type sessionEntry struct {
 	Reason string `json:"reason,omitempty"`
 	// From is the first call (stream sequence) an ended session's owner had not
 	// acked, where its end answers calls from; 0 if unknown. Answered says that every
-	// call it left has its end (opener.go).
+	// call it left has its end (finish).
 	From     uint64 `json:"from,omitempty"`
 	Answered bool   `json:"answered,omitempty"`
 }
 
-// sessions holds this worker's sessions and runs the openers of its sandboxes.
+// sessions holds this worker's sessions and runs the openers of its sandboxes and
+// the rescuer.
 type sessions struct {
 	cfg     *Config
 	js      jetstream.JetStream
@@ -67,9 +70,9 @@ type sessions struct {
 
 	mu        sync.Mutex
 	held      map[string]*session // by session key; reserved while being opened (claim)
-	finishing map[string]bool     // ended sessions whose calls this worker answers (opener.go)
+	finishing map[string]bool     // ended sessions whose calls this worker answers (finish)
 	stopped   bool
-	loops     sync.WaitGroup // openers, session loops and the answering of ended sessions
+	loops     sync.WaitGroup // openers, the rescuer, session loops and the answering of ended sessions
 }
 
 // session is one session this worker holds.
@@ -91,8 +94,14 @@ func newSessions(cfg *Config, js jetstream.JetStream, topo *topology, proc *proc
 		gates: g, held: map[string]*session{}, finishing: map[string]bool{}}
 }
 
-// start runs an opener loop per sandbox until run ends.
+// start runs an opener loop per sandbox and the rescuer until run ends.
 func (s *sessions) start(_, run context.Context) error {
+	w, err := s.kv.WatchAll(run)
+	if err != nil {
+		return fmt.Errorf("watch the sessions: %w", err)
+	}
+	s.loops.Add(1)
+	go s.rescue(run, w)
 	for _, sb := range s.cfg.Sandboxes {
 		s.loops.Add(1)
 		go s.open(run, sb.Name, s.openers[sb.Name])
@@ -125,7 +134,7 @@ func (s *sessions) begin(ctx context.Context, sandbox string, id sessionRef, rev
 		// From the session's first call, whichever call claimed it: a call that
 		// another worker nakked at its limits is earlier than the one that claimed the
 		// session here. Calls that have their end (refused ones) are skipped
-		// (ended.go).
+		// (job.go, ended).
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       s.cfg.AckWait,
@@ -205,7 +214,7 @@ func (s *sessions) expired(h *session, idleSince time.Time) string {
 // answers the calls its consumer still holds, deletes it and retires its container.
 func (s *sessions) end(ctx context.Context, h *session, reason string) {
 	// Answering the calls left takes a moment each; a worker that stops leaves what it
-	// did not answer in 5 s to the fleet's openers (endStall), not its shutdown.
+	// did not answer in 5 s to the fleet's rescuers (endStall), not its shutdown.
 	s.mu.Lock()
 	budget := time.Minute
 	if s.stopped {
@@ -225,9 +234,9 @@ func (s *sessions) end(ctx context.Context, h *session, reason string) {
 	}
 	// Calls that came before the entry said ended were left to this consumer by the
 	// opener: they get their session_lost here, or, should this worker stop first,
-	// from an opener (opener.go).
+	// from a rescuer (rescuer.go).
 	if err := s.finish(ctx, h.sandbox, h.ref, e); err != nil {
-		s.log.Warn("answer the calls left in an ended session; an opener will finish it", "session_id", h.ref.key(), "err", err)
+		s.log.Warn("answer the calls left in an ended session; a rescuer will finish it", "session_id", h.ref.key(), "err", err)
 	}
 	s.release(h, reason)
 }

@@ -378,9 +378,9 @@ func openerSettles(t *testing.T, js jetstream.JetStream, held int) (uint64, int)
 // calls in one session behind a slow one. The opener used to watch each of them
 // until it had its end, a look every few seconds each, one at a time: 20,000 queued
 // calls delayed the opening of the sandbox's other sessions past 150 s (a review's
-// run). It now holds about one call of the session, the last it has seen, and acks
-// the others when it looks at them again; the calls it acked still get their end
-// when the session closes before them.
+// run). It now routes each call once and holds none (an earlier version held the
+// last call of each session); the calls it acked still get their end when the
+// session closes before them.
 func TestSessionAttackOneSessionsQueueHoldsTheOpenerOnce(t *testing.T) {
 	js, c := sessionFleet(t)
 	ctx := t.Context()

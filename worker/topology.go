@@ -286,7 +286,7 @@ func (t *topology) makeConsumers(ctx context.Context, js jetstream.JetStream, c 
 			AckPolicy:      jetstream.AckExplicitPolicy,
 			AckWait:        c.AckWait,
 			// Unlimited: the worker counts the deliveries, and the one after the
-			// last publishes the job's end instead of running it (ended.go).
+			// last publishes the job's end instead of running it (job.go, ended).
 			MaxDeliver:    -1,
 			MaxAckPending: sb.MaxAckPending,
 			Replicas:      c.Replicas,
@@ -307,9 +307,10 @@ func (t *topology) makeConsumers(ctx context.Context, js jetstream.JetStream, c 
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       c.AckWait,
 			MaxDeliver:    -1,
-			// Unlimited: the opener holds the last call of every live session until it
-			// has its end (session.go); at the default 1,000, when it held every call,
-			// one session's queue of calls kept the sandbox's others from opening.
+			// Unlimited: a call waits unacked only while its session is being opened
+			// or ended elsewhere, but any number of sessions may be; at the server's
+			// default 1,000, an opener that held calls kept a sandbox's sessions from
+			// opening.
 			MaxAckPending: -1,
 			Replicas:      c.Replicas,
 		})

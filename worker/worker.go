@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/wire"
 )
 
 // ErrStopped is returned by Start after Shutdown.
@@ -35,7 +37,7 @@ type Worker struct {
 	stopped  bool
 	services []service          // in start order; nil until Start succeeded
 	stopRun  context.CancelFunc // ends the services' loops
-	proc     *processor         // one delivery to its end (job.go, ended.go)
+	proc     *processor         // one delivery to its end (job.go)
 	producer *producer          // the pull loops (producer.go)
 	sessions *sessions          // sessions (session.go, opener.go)
 }
@@ -126,6 +128,7 @@ func (w *Worker) assemble(topo *topology) []service {
 		{replayAll, groupReplay, replays.see},
 		{filesAll, groupFiles, fs.see},
 		{sandboxesAll, groupSandboxes, cat.serveTenants},
+		{wire.SubjectSandboxes, groupSandboxes, cat.serveFleet},
 	}}
 	return []service{live, bg, subs, cat, w.producer, w.sessions}
 }

@@ -554,7 +554,7 @@ func TestATenantReadsItsOwnArtifactsAndNoOthers(t *testing.T) {
 		t.Errorf("alpha's list of the sandboxes: %+v; want the default sandbox with its tools", listed)
 	}
 	// A client of the fleet's account with the worker's identity (as `worker mcp` may
-	// run) reads the bucket: nothing answers its ask.
+	// run) asks the workers as well, on jazzmine.sandboxes in the fleet's account.
 	start := time.Now()
 	if listed, err = tenantClient(t, wnc).Sandboxes(ctx); err != nil || len(listed) != 1 {
 		t.Errorf("the fleet account's list of the sandboxes: %+v, %v", listed, err)
