@@ -31,14 +31,28 @@ type watched struct {
 	written time.Time
 }
 
-// rescue watches the sessions bucket and rescues what needs it every rescueEvery,
-// until ctx ends.
+// rescue watches the sessions bucket, starting with w, and rescues what needs it
+// every rescueEvery, until ctx ends. A watch that ends is made again, afresh.
 func (s *sessions) rescue(ctx context.Context, w jetstream.KeyWatcher) {
 	defer s.loops.Done()
-	defer func() { _ = w.Stop() }()
-	seen := map[string]watched{} // by session key: open sessions and unanswered ends
 	tick := time.NewTicker(rescueEvery)
 	defer tick.Stop()
+	for ctx.Err() == nil {
+		if w != nil {
+			s.rescueWith(ctx, w, tick.C)
+			_ = w.Stop()
+		}
+		sleep(ctx, watchRetry)
+		var err error
+		if w, err = s.kv.WatchAll(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("watch the sessions", "err", err)
+		}
+	}
+}
+
+// rescueWith rescues over watch w until it ends or ctx does.
+func (s *sessions) rescueWith(ctx context.Context, w jetstream.KeyWatcher, tick <-chan time.Time) {
+	seen := map[string]watched{} // by session key: open sessions and unanswered ends
 	for {
 		select {
 		case <-ctx.Done():
@@ -50,7 +64,7 @@ func (s *sessions) rescue(ctx context.Context, w jetstream.KeyWatcher) {
 			if kve != nil { // nil: every entry there was at the start has come
 				s.note(seen, kve)
 			}
-		case <-tick.C:
+		case <-tick:
 			for key, wt := range seen {
 				if ctx.Err() != nil {
 					return
