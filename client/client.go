@@ -58,12 +58,6 @@ const (
 	resumeMinDelay = 250 * time.Millisecond
 	resumeMaxDelay = 5 * time.Second
 
-	// replayQuiet is how long an execution read from the events stream may go
-	// without an event before the client asks for its events again (see
-	// Execution.askReplay); the wait doubles each time, up to replayQuietMax.
-	replayQuiet    = 2 * time.Second
-	replayQuietMax = 30 * time.Second
-
 	// DefaultLiveWindow is how long an execution follows its events through
 	// a plain subscription before it moves to a JetStream consumer: 1 s.
 	DefaultLiveWindow = time.Second
@@ -288,14 +282,18 @@ const (
 	ensureEventsTimeout = 5 * time.Second
 )
 
-// ensureEvents makes sure, once per client, that the account the client is in
-// has the events stream before its first job is published. The workers' own
-// account has it from them; a tenant's account (deploy/nats/auth.conf) receives
-// its executions' events from the fleet's account and keeps them in a stream of
-// its own, which the first client creates (a one-hour MaxAge, three replicas on
-// a cluster of three or more, else one; create it beforehand for other limits). An account without
-// JetStream, or a server that does not answer within ensureEventsTimeout, is
-// left as it is: a missing stream shows when it is read.
+// ensureEvents makes sure that the account the client is in has the events stream
+// before its first job is published. The workers' own account has it from them. A
+// tenant's account (deploy/nats/auth.conf) keeps its executions' events in a stream
+// of its own, which the first client creates: it asks the workers to carry the
+// tenant's events (wire.SubjectSource), then makes the stream source them from the
+// fleet's account, at least once (a one-hour MaxAge, three replicas on a cluster of
+// three or more, else one; create it beforehand for other limits). Where no worker
+// answers, it makes a stream of the events as they arrive instead, and asks again at
+// the next job; such a stream, or one an earlier version made, is made to source the
+// events once a worker answers. An account without JetStream, or a server that does
+// not answer within ensureEventsTimeout, is left as it is: a missing stream shows
+// when it is read.
 func (c *Client) ensureEvents(ctx context.Context) error {
 	c.eventsMu.Lock()
 	defer c.eventsMu.Unlock()
@@ -304,17 +302,11 @@ func (c *Client) ensureEvents(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, ensureEventsTimeout)
 	defer cancel()
-	_, err := c.js.Stream(ctx, wire.StreamEvents)
-	if code, _ := apiErrorCode(err); code == codeStreamNotFound {
-		cfg := jetstream.StreamConfig{
-			Name:        wire.StreamEvents,
-			Description: "jazzmine execution events of this account's executions",
-			Subjects:    []string{wire.AllEventsWildcard},
-			Retention:   jetstream.LimitsPolicy,
-			MaxAge:      tenantEventsMaxAge,
-			Duplicates:  tenantEventsDuplicates,
-			Storage:     jetstream.FileStorage,
-		}
+	stream, err := c.js.Stream(ctx, wire.StreamEvents)
+	code, _ := apiErrorCode(err)
+	switch {
+	case code == codeStreamNotFound:
+		cfg := tenantEvents(c.askSource(ctx))
 		err = createReplicated(func(replicas int) error {
 			cfg.Replicas = replicas
 			_, err := c.js.CreateStream(ctx, cfg)
@@ -326,13 +318,70 @@ func (c *Client) ensureEvents(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("create the events stream %s of this account: %w", wire.StreamEvents, err)
 		}
-	} else if err != nil {
+		c.eventsReady = len(cfg.Sources) > 0
+		return nil
+	case err != nil:
 		// No JetStream to ask (the publish says so), or no answer (a role that may
 		// not ask): not asked again, and a missing stream shows when it is read.
 		c.log.Debug("jazzmine client: look up the events stream", "error", err)
+	case stream.CachedInfo().Config.Description == tenantEventsDescription && len(stream.CachedInfo().Config.Sources) == 0:
+		// A stream of the events as they arrive, which misses what comes while it
+		// elects a leader: it sources them once a worker answers.
+		if !c.askSource(ctx) {
+			return nil // asked again at the next job
+		}
+		cfg := stream.CachedInfo().Config
+		sourced := tenantEvents(true)
+		cfg.Subjects, cfg.Sources = sourced.Subjects, sourced.Sources
+		if _, err := c.js.UpdateStream(ctx, cfg); err != nil {
+			c.log.Warn("jazzmine client: make the account's events stream source the fleet's", "error", err)
+		}
 	}
 	c.eventsReady = true
 	return nil
+}
+
+// tenantEventsDescription is the description of the events stream a client creates.
+const tenantEventsDescription = "jazzmine execution events of this account's executions"
+
+// tenantEvents is the events stream a client creates in its account: sourced from
+// the fleet's (sourced), or of the events as they arrive.
+func tenantEvents(sourced bool) jetstream.StreamConfig {
+	cfg := jetstream.StreamConfig{
+		Name:        wire.StreamEvents,
+		Description: tenantEventsDescription,
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      tenantEventsMaxAge,
+		Duplicates:  tenantEventsDuplicates,
+		Storage:     jetstream.FileStorage,
+	}
+	if !sourced {
+		cfg.Subjects = []string{wire.AllEventsWildcard}
+		return cfg
+	}
+	// The fleet's consumer of this tenant's events (wire.TenantEventsConsumer), as
+	// the account's imports name it; its subjects lose the tenant's token.
+	cfg.Sources = []*jetstream.StreamSource{{
+		Name:              wire.StreamEvents,
+		Consumer:          &jetstream.StreamConsumerSource{Name: wire.SourceConsumer, DeliverSubject: wire.SubjectPrefixSourced},
+		External:          &jetstream.ExternalStream{APIPrefix: wire.SourceAPIPrefix},
+		SubjectTransforms: []jetstream.SubjectTransformConfig{{Source: wire.SubjectPrefixEvents + ".*.>", Destination: wire.AllEventsWildcard}},
+	}}
+	return cfg
+}
+
+// askSource asks the workers to carry this tenant's events to its account, and
+// reports whether one did. In the fleet's own account nothing answers.
+func (c *Client) askSource(ctx context.Context) bool {
+	m, err := c.ask(ctx, wire.SubjectSource, nil)
+	if err == nil && m.Header.Get(wire.HeaderError) != "" {
+		err = errors.New(m.Header.Get(wire.HeaderError))
+	}
+	if err != nil {
+		c.log.Debug("jazzmine client: ask the workers to carry this account's events", "error", err)
+		return false
+	}
+	return true
 }
 
 // createReplicated creates a stream or a bucket for the client's account with

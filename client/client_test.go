@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -283,6 +284,25 @@ func TestSubmitWithoutStreams(t *testing.T) {
 		}
 		if cfg := stream.CachedInfo().Config; !slices.Equal(cfg.Subjects, []string{wire.AllEventsWildcard}) || cfg.MaxAge != time.Hour {
 			t.Errorf("the events stream Submit made: subjects %v, max age %v; want %s and 1h", cfg.Subjects, cfg.MaxAge, wire.AllEventsWildcard)
+		}
+		// Once a worker answers the source request, the next Submit makes that
+		// stream source the fleet's events (a tenant's account reaches the fleet's
+		// consumer through its imports, which this server lacks: the source waits).
+		sub, err := nc.Subscribe(wire.SubjectSource, func(m *nats.Msg) { _ = m.Respond(nil) })
+		if err := errors.Join(err, nc.Flush()); err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		e2 := submit(t, c, wire.Job{Sandbox: sandbox, Script: "pass"})
+		defer e2.Close()
+		info, err := stream.Info(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := info.Config
+		if len(cfg.Subjects) != 0 || len(cfg.Sources) != 1 || cfg.Sources[0].Name != wire.StreamEvents ||
+			cfg.Sources[0].Consumer == nil || cfg.Sources[0].Consumer.Name != wire.SourceConsumer || cfg.Sources[0].External == nil || cfg.Sources[0].External.APIPrefix != wire.SourceAPIPrefix {
+			t.Errorf("the events stream once a worker answers: subjects %v, sources %+v; want the fleet's events through its consumer %q", cfg.Subjects, cfg.Sources, wire.SourceConsumer)
 		}
 	})
 }

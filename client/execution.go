@@ -266,14 +266,8 @@ func (e *Execution) readStream() error {
 		return e.closedError()
 	default:
 	}
-	quiet := replayQuiet
 	for {
-		msg, err := e.iter.Next(jetstream.NextMaxWait(quiet))
-		if errors.Is(err, nats.ErrTimeout) {
-			e.askReplay()
-			quiet = min(2*quiet, replayQuietMax)
-			continue
-		}
+		msg, err := e.iter.Next()
 		if err != nil {
 			select {
 			case <-e.closing:
@@ -299,21 +293,9 @@ func (e *Execution) readStream() error {
 		if ev.Seq != 0 && ev.Seq <= e.last[ev.Attempt] {
 			continue // delivered by the fast path
 		}
-		quiet = replayQuiet
 		if done, err := e.deliver(ev); done {
 			return err
 		}
-	}
-}
-
-// askReplay asks the fleet to publish the execution's events again: a tenant's
-// events stream receives them from the fleet's account unacknowledged, and misses
-// those sent while it had no leader (see wire.SubjectPrefixReplay). The events it
-// had already are dropped by its duplicate window, or skipped by readStream. In the
-// fleet's own account nobody answers, and nothing is lost there to answer for.
-func (e *Execution) askReplay() {
-	if err := e.c.nc.Publish(wire.ReplaySubject(e.ID), nil); err != nil {
-		e.c.log.Debug("jazzmine client: ask for the events again", "execution_id", e.ID, "error", err)
 	}
 }
 

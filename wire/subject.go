@@ -20,16 +20,23 @@ const (
 	// SubjectPrefixCancel is the prefix of the subjects cancel requests are
 	// published on, jazzmine.cancel.<execution_id>.
 	SubjectPrefixCancel = "jazzmine.cancel"
-	// SubjectPrefixReplay is the prefix of the subjects an agent of a tenant
-	// asks on for an execution's events again, jazzmine.replay.<execution_id>
-	// (jazzmine.replay.<tenant>.<execution_id> in the fleet's account): a
-	// tenant's events stream takes them from the fleet's account without
-	// acknowledgement, and misses those sent while it elects a leader.
-	SubjectPrefixReplay = "jazzmine.replay"
-	// SubjectPrefixReplayed is the prefix the fleet's account publishes the
-	// replayed events on, jazzmine.replayed.<tenant>.<execution_id>.<type>; they
-	// arrive in the tenant's account as jazzmine.events.<execution_id>.<type>.
-	SubjectPrefixReplayed = "jazzmine.replayed"
+	// SubjectSource is where an agent of a tenant asks the fleet to carry its
+	// executions' events to its account (jazzmine.source.<tenant> in the fleet's
+	// account): a worker makes the fleet's consumer of them, which the tenant's
+	// events stream sources ([SourceConsumer]).
+	SubjectSource = "jazzmine.source"
+	// SubjectPrefixSourced is the prefix of the subjects the fleet's consumer
+	// delivers a tenant's events on, jazzmine.sourced.<tenant>; the tenant's
+	// account sees them on jazzmine.sourced, its stream's source.
+	SubjectPrefixSourced = "jazzmine.sourced"
+	// SourceAPIPrefix is the JetStream API prefix under which a tenant's account
+	// reaches the one call of the fleet's API its events stream makes: the reset
+	// of [SourceConsumer].
+	SourceAPIPrefix = "jazzmine.fleet"
+	// SourceConsumer is the name a tenant's events stream knows the fleet's
+	// consumer of its events by (in the fleet's account it is
+	// [TenantEventsConsumer]).
+	SourceConsumer = "events"
 
 	// ExecWildcard matches the jobs of every sandbox of the fleet's own
 	// account (a tenant's have one token more). [StreamExec] takes those of
@@ -127,19 +134,20 @@ func ParseExecSubject(subject string) (tenant, sandbox string, err error) {
 	return t[0], t[1], err
 }
 
-// ReplaySubject returns the subject that asks for the events of an execution
-// again, jazzmine.replay.<execution_id>. executionID must be valid (see
-// [ValidateID]).
-func ReplaySubject(executionID string) string {
-	return SubjectPrefixReplay + "." + executionID
-}
+// TenantEventsConsumer is the name of the fleet's consumer that carries tenant's
+// events to the tenant's events stream. tenant must be valid (see ValidateID).
+func TenantEventsConsumer(tenant string) string { return "jazzmine-events-" + tenant }
 
-// ParseReplaySubject returns the tenant ("" for none) and the execution id of a
-// replay request's subject as the fleet's account sees it. Errors as
-// [ParseExecSubject].
-func ParseReplaySubject(subject string) (tenant, executionID string, err error) {
-	t, err := tenantTokens(subject, SubjectPrefixReplay, "execution_id")
-	return t[0], t[1], err
+// TenantEventsSubject is the subject that consumer delivers on,
+// jazzmine.sourced.<tenant>.
+func TenantEventsSubject(tenant string) string { return SubjectPrefixSourced + "." + tenant }
+
+// ParseSourceSubject returns the tenant of a source request's subject as the
+// fleet's account sees it, jazzmine.source.<tenant>. Errors wrap
+// [ErrInvalidSubject].
+func ParseSourceSubject(subject string) (tenant string, err error) {
+	t, err := tokens(subject, SubjectSource, "tenant")
+	return t[0], err
 }
 
 // ParseCancelSubject returns the tenant ("" for none) and the execution id of a

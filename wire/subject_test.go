@@ -112,8 +112,6 @@ func TestTenantSubjectParsers(t *testing.T) {
 		{name: "a tenant's job", parse: wire.ParseExecSubject, subject: "jazzmine.exec.acme.default", tenant: "acme", last: "default"},
 		{name: "a cancel without a tenant", parse: wire.ParseCancelSubject, subject: "jazzmine.cancel.x-1", last: "x-1"},
 		{name: "a tenant's cancel", parse: wire.ParseCancelSubject, subject: "jazzmine.cancel.acme.x-1", tenant: "acme", last: "x-1"},
-		{name: "a tenant's replay request", parse: wire.ParseReplaySubject, subject: "jazzmine.replay.acme.x-1", tenant: "acme", last: "x-1"},
-		{name: "a replay request round-trips through ReplaySubject", parse: wire.ParseReplaySubject, subject: wire.ReplaySubject("x-1"), last: "x-1"},
 		{name: "three tokens after the prefix are rejected", parse: wire.ParseExecSubject, subject: "jazzmine.exec.a.b.c", wantErr: true},
 		{name: "a literal wildcard sandbox is rejected", parse: wire.ParseExecSubject, subject: "jazzmine.exec.acme.*", wantErr: true, badID: true},
 		{name: "a literal wildcard tenant is rejected", parse: wire.ParseCancelSubject, subject: "jazzmine.cancel.>.x", wantErr: true, badID: true},
@@ -133,6 +131,18 @@ func TestTenantSubjectParsers(t *testing.T) {
 				t.Errorf("parse(%q) = %q, %q, %v; want %q, %q", tt.subject, tenant, last, err, tt.tenant, tt.last)
 			}
 		})
+	}
+}
+
+// TestParseSourceSubject: a tenant's source request names its tenant, and only that.
+func TestParseSourceSubject(t *testing.T) {
+	if tenant, err := wire.ParseSourceSubject("jazzmine.source.acme"); err != nil || tenant != "acme" {
+		t.Errorf("ParseSourceSubject(jazzmine.source.acme) = %q, %v", tenant, err)
+	}
+	for _, bad := range []string{"jazzmine.source", "jazzmine.source.*", "jazzmine.source.a.b", "jazzmine.sourced.acme"} {
+		if _, err := wire.ParseSourceSubject(bad); !errors.Is(err, wire.ErrInvalidSubject) {
+			t.Errorf("ParseSourceSubject(%q) = %v, want ErrInvalidSubject", bad, err)
+		}
 	}
 }
 

@@ -255,7 +255,7 @@ func (c *catalog) entry(sb Sandbox, ready harness.Ready, docs bool) wire.Sandbox
 // tenant's rate and its share of the background work; the fleet's own account's is
 // answered at once. A worker keeps a view of the bucket, watched, so that no
 // request reads it: a read that stalled held the requests' background slots, and the
-// other tenants' cancels, replays and chunks waited.
+// other tenants' cancels and chunks waited.
 const (
 	sandboxesAll   = wire.SubjectSandboxes + ".*"
 	groupSandboxes = "jazzmine-sandboxes"

@@ -31,13 +31,14 @@ type processor struct {
 	cancels *canceller
 	running *registry
 	files   *files
+	sources *sourcer
 
 	jobs     context.Context // parent of every job it runs; ended by stop
 	stopJobs context.CancelFunc
 }
 
-func newProcessor(cfg *Config, tel *telemetry, ev *events, cancels *canceller, running *registry, fs *files) *processor {
-	pr := &processor{cfg: cfg, log: cfg.Logger, tel: tel, events: ev, cancels: cancels, running: running, files: fs}
+func newProcessor(cfg *Config, tel *telemetry, ev *events, cancels *canceller, running *registry, fs *files, src *sourcer) *processor {
+	pr := &processor{cfg: cfg, log: cfg.Logger, tel: tel, events: ev, cancels: cancels, running: running, files: fs, sources: src}
 	pr.jobs, pr.stopJobs = context.WithCancel(context.Background())
 	return pr
 }
@@ -152,6 +153,7 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 	if err != nil {
 		return pr.invalid(traced, job, ref, ct, attempt, err, log)
 	}
+	pr.sources.ensureFor(traced, ref.tenant) // the tenant's stream sources its events
 
 	// Register first, then look for a cancel that came while the job was queued: a
 	// cancel arriving in between finds the job registered (see cancel.go).

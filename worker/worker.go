@@ -24,8 +24,8 @@ var ErrStopped = errors.New("worker: stopped")
 // parts, each a type and a file, built in Start once the fleet's streams, buckets and
 // consumers are made (topology.go): the producer (pull loops), the processor (a
 // delivery to its end), the canceller (the cancel protocol), sessions, liveness and
-// the streams' served subjects, the catalog, and the background work of cancels and
-// replays. Those that run are services, started in order and stopped in reverse.
+// the streams' served subjects, the catalog, the tenants' events consumers (source.go)
+// and the background work of cancels and tenants' requests. Those that run are services, started in order and stopped in reverse.
 type Worker struct {
 	cfg   Config
 	log   *slog.Logger
@@ -114,10 +114,10 @@ func (w *Worker) assemble(topo *topology) []service {
 	ev := &events{js: w.js, nc: c.NATS, stream: topo.events, workerID: c.WorkerID}
 	cancels := &canceller{nc: c.NATS, js: w.js, kv: topo.cancels, workerID: c.WorkerID, log: c.Logger, events: ev, running: running, bg: bg}
 	fs := &files{js: w.js, store: topo.files, tenantCfg: topo.tenantFiles, bg: bg, rates: newTenantRates(chunkRate, chunkBurst)}
-	w.proc = newProcessor(c, w.tel, ev, cancels, running, fs)
+	src := newSourcer(w.js, c.Replicas, bg, c.Logger)
+	w.proc = newProcessor(c, w.tel, ev, cancels, running, fs, src)
 	w.producer = newProducer(c.Sandboxes, topo.jobs, w.gates, w.proc.handle, c.Logger)
 	w.sessions = newSessions(c, w.js, topo, w.proc, ev, w.gates)
-	replays := newReplayer(c.NATS, ev, bg, c.Logger)
 	live := &liveness{workers: topo.workers, fleet: topo.fleet, id: c.WorkerID, ttl: c.LivenessTTL, log: c.Logger,
 		served: newServed(w.js, topo, ev, c)}
 	cat := &catalog{kv: topo.sandboxes, pool: c.Pool, gates: w.gates, sandboxes: c.Sandboxes, workerID: c.WorkerID, timeout: c.DefaultTimeout, log: c.Logger,
@@ -125,7 +125,7 @@ func (w *Worker) assemble(topo *topology) []service {
 	subs := &subscriptions{nc: c.NATS, list: []subscription{
 		{cancelAll, groupCancel, cancels.coordinate},
 		{subjectRunning + ">", "", cancels.answerRunning},
-		{replayAll, groupReplay, replays.see},
+		{sourceAll, groupSource, src.serve},
 		{filesAll, groupFiles, fs.see},
 		{sandboxesAll, groupSandboxes, cat.serveTenants},
 		{wire.SubjectSandboxes, groupSandboxes, cat.serveFleet},
@@ -155,7 +155,7 @@ func (w *Worker) Unavailable(sandbox string, reason error) {
 }
 
 // subscriptions are the worker's core NATS subscriptions: the cancel protocol,
-// replays, and tenants' chunk and catalog requests in the fleet's queue groups (one
+// and tenants' source, chunk and catalog requests in the fleet's queue groups (one
 // worker each message), and the answer for running executions on every worker.
 type subscriptions struct {
 	nc   *nats.Conn

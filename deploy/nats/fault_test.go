@@ -543,20 +543,31 @@ func createTenantEvents(t *testing.T, natsURL, seed string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	c, err := client.New(client.Config{Conn: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client's first job makes the stream, sourcing the tenant's events from the
+	// fleet's stream (JetStream may be electing the tenant's group: tried again).
 	var stream jetstream.Stream
-	if !waitUntil(30*time.Second, func() bool { // JetStream may be electing the tenant's group
-		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name: wire.StreamEvents, Subjects: []string{wire.AllEventsWildcard}, Retention: jetstream.LimitsPolicy,
-			MaxAge: time.Hour, Duplicates: 2 * time.Minute, Storage: jetstream.FileStorage, Replicas: 3,
-		})
+	if !waitUntil(60*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if res, err := c.Run(ctx, wire.Job{Sandbox: "default", Script: "emit_result(1)"}); err != nil || !res.Success {
+			t.Logf("the tenant's first job: %+v, %v", res, err)
+			return false
+		}
+		stream, err = js.Stream(ctx, wire.StreamEvents)
 		return err == nil
 	}) {
 		t.Fatalf("create the tenant's events stream: %v", err)
 	}
-	if c := stream.CachedInfo().Cluster; c == nil || len(c.Replicas) != 2 {
+	info := stream.CachedInfo()
+	if c := info.Cluster; c == nil || len(c.Replicas) != 2 {
 		t.Fatalf("the tenant's events stream: cluster %+v; want three replicas", c)
+	}
+	if len(info.Config.Sources) != 1 || len(info.Config.Subjects) != 0 {
+		t.Fatalf("the tenant's events stream: subjects %v, sources %+v; want the fleet's stream as its only source", info.Config.Subjects, info.Config.Sources)
 	}
 }
 

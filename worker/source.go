@@ -1,0 +1,119 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jazzmine/worker/wire"
+)
+
+// Sources. A tenant's executions' events are published in the fleet's account and
+// kept in its StreamEvents; the tenant's account has an events stream of its own,
+// which sources them (JetStream's durable sourcing, nats-server 2.14 and later): per
+// tenant, the fleet's durable consumer TenantEventsConsumer, filtered to the
+// tenant's events, delivers them on TenantEventsSubject with flow control, and the
+// tenant's stream's answers to that flow control are the consumer's acks. What the
+// tenant's stream did not store (it was electing a leader, its server was down) is
+// delivered again: every event arrives at least once, and its Nats-Msg-Id drops the
+// copies. The tenant reaches nothing of the fleet's JetStream API but that
+// consumer's reset, and the consumer's filter and deliver subject are the fleet's:
+// deploy/nats/auth.conf exports those three subjects to the tenant alone.
+//
+// The consumer is made when a tenant's agent asks (wire.SubjectSource, before its
+// client makes the tenant's stream: a stream whose source is missing tries again
+// only after a growing wait) and when a worker first runs a job of the tenant.
+const (
+	sourceAll   = wire.SubjectSource + ".*"
+	groupSource = "jazzmine-source"
+	// sourceRate and sourceBurst bound a tenant's source requests on a worker: a
+	// client asks once, when it makes its account's events stream.
+	sourceRate  = 1
+	sourceBurst = 4
+	// sourceHeartbeat is what durable sourcing requires of the consumer.
+	sourceHeartbeat = time.Second
+	// sourcePending bounds the events delivered and not yet acknowledged by the
+	// tenant's stream's flow control.
+	sourcePending = 10_000
+)
+
+// sourcer makes the tenants' events consumers.
+type sourcer struct {
+	js       jetstream.JetStream
+	replicas int
+	bg       *background
+	rates    *tenantRates
+	log      *slog.Logger
+
+	mu   sync.Mutex
+	made map[string]bool // tenants whose consumer this worker made or updated
+}
+
+func newSourcer(js jetstream.JetStream, replicas int, bg *background, log *slog.Logger) *sourcer {
+	return &sourcer{js: js, replicas: replicas, bg: bg, rates: newTenantRates(sourceRate, sourceBurst), log: log, made: map[string]bool{}}
+}
+
+// ensure makes or updates tenant's events consumer, once per worker unless it failed.
+func (s *sourcer) ensure(ctx context.Context, tenant string) error {
+	s.mu.Lock()
+	made := s.made[tenant]
+	s.mu.Unlock()
+	if made {
+		return nil
+	}
+	_, err := s.js.CreateOrUpdatePushConsumer(ctx, wire.StreamEvents, jetstream.ConsumerConfig{
+		Durable:        wire.TenantEventsConsumer(tenant),
+		Description:    "the events of tenant " + tenant + ", sourced by its account's events stream",
+		FilterSubject:  wire.SubjectPrefixEvents + "." + tenant + ".>",
+		DeliverSubject: wire.TenantEventsSubject(tenant),
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckFlowControlPolicy,
+		FlowControl:    true,
+		IdleHeartbeat:  sourceHeartbeat,
+		MaxAckPending:  sourcePending,
+		Replicas:       s.replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("make the events consumer of tenant %s: %w", tenant, err)
+	}
+	s.mu.Lock()
+	s.made[tenant] = true
+	s.mu.Unlock()
+	return nil
+}
+
+// ensureFor makes tenant's events consumer for a job of the tenant this worker
+// takes, unless it was made already: once per tenant and worker, within a few
+// seconds. A failure is logged, not the job's: the events are in the fleet's stream,
+// and the consumer, made later, delivers them from the first.
+func (s *sourcer) ensureFor(ctx context.Context, tenant string) {
+	s.mu.Lock()
+	made := s.made[tenant]
+	s.mu.Unlock()
+	if made || tenant == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.ensure(ctx, tenant); err != nil {
+		s.log.Warn("carry a tenant's events to its account", "tenant", tenant, "err", err)
+	}
+}
+
+// serve is the handler of sourceAll: a tenant's request that the fleet carry its
+// events, answered once its consumer is made (an empty answer) or with the error.
+func (s *sourcer) serve(m *nats.Msg) {
+	s.bg.serveTenant(m, wire.ParseSourceSubject, s.rates, func(ctx context.Context, tenant string) *nats.Msg {
+		reply := &nats.Msg{Header: nats.Header{}}
+		if err := s.ensure(ctx, tenant); err != nil {
+			s.log.Warn("carry a tenant's events to its account", "tenant", tenant, "err", err)
+			reply.Header.Set(wire.HeaderError, err.Error())
+		}
+		return reply
+	})
+}
