@@ -53,8 +53,9 @@ type catalog struct {
 	// the loop of keep reads and writes it.
 	toolErrors map[string]string
 
-	viewMu   sync.Mutex              // guards view, listed and listedAt
+	viewMu   sync.Mutex              // guards view, viewed, listed and listedAt
 	view     map[string]catalogEntry // the bucket's entries, as watched (watch)
+	viewed   bool                    // the watch has brought every entry there was
 	listed   [2][]byte               // view as a tenant's answer and the fleet's (list)
 	listedAt [2]time.Time
 }
@@ -284,7 +285,11 @@ func (c *catalog) watch(ctx context.Context) {
 			for entry := range w.Updates() {
 				if entry != nil {
 					c.fold(entry)
+					continue
 				}
+				c.viewMu.Lock()
+				c.viewed = true // every entry there was has come
+				c.viewMu.Unlock()
 			}
 			_ = w.Stop()
 		} else if ctx.Err() == nil {
@@ -332,6 +337,12 @@ func (c *catalog) serveFleet(m *nats.Msg) {
 // answer is a catalog request's answer: the catalog as a tenant sees it, or all of
 // it for the fleet's own account (fleet).
 func (c *catalog) answer(fleet bool) *nats.Msg {
+	c.viewMu.Lock()
+	viewed := c.viewed
+	c.viewMu.Unlock()
+	if !viewed { // a starting worker: not an empty catalog, but asked again
+		return &nats.Msg{Header: busyHeader}
+	}
 	reply := &nats.Msg{Header: nats.Header{wire.HeaderContentType: {wire.ContentTypeJSON}}}
 	var err error
 	if reply.Data, err = c.list(fleet); err != nil {

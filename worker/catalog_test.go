@@ -129,3 +129,49 @@ func TestTheFleetAsksTheWorkersForTheCatalogAsATenantDoes(t *testing.T) {
 		t.Errorf("a tenant's catalog: %v, %v; want it without the fleet-only sandbox", names(tenant), err)
 	}
 }
+
+// TestAStartingWorkerAnswersNoEmptyCatalog: the fleet's account asks the workers for
+// the catalog. A worker subscribes to jazzmine.sandboxes before its catalog's watch
+// has brought the bucket's entries: a review's requests in that window got an empty
+// list, as if the fleet served nothing (4 of 14,224 while 4 workers started). A
+// starting worker answers busy, and the client asks again.
+func TestAStartingWorkerAnswersNoEmptyCatalog(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	testworker.Start(t, nc, testworker.Options{ID: newID("cat"), Sandbox: sandboxpool.Sandbox{PoolSize: 1}})
+	c := newSessionClient(t, nc)
+	testenv.WaitFor(t, 30*time.Second, "the catalog to list default", func() bool {
+		got, err := c.Sandboxes(t.Context())
+		return err == nil && len(got) > 0
+	})
+	stop := make(chan struct{})
+	empty, total := 0, 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			m, err := nc.Request(wire.SubjectSandboxes, nil, 2*time.Second)
+			if err != nil {
+				continue
+			}
+			total++
+			if string(m.Data) == "[]" {
+				empty++
+			}
+		}
+	}()
+	for range 4 {
+		testworker.Start(t, nc, testworker.Options{ID: newID("late"), NoPool: true, Sandbox: sandboxpool.Sandbox{PoolSize: 1}})
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	<-done
+	t.Logf("%d of %d answers", empty, total)
+	if empty > 0 {
+		t.Errorf("%d of %d answers of jazzmine.sandboxes were an empty catalog while workers started", empty, total)
+	}
+}

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -85,11 +86,17 @@ func (s *sessions) note(seen map[string]watched, kve jetstream.KeyValueEntry) {
 		delete(seen, kve.Key())
 		return
 	}
-	seen[kve.Key()] = watched{entry: &e, rev: kve.Revision(), written: kve.Created()}
+	// When it came, on this worker's clock: the entry's own time is the server's, and
+	// a worker whose clock ran ahead would take every owner for dead. An entry the
+	// watch's start brings counts from then: a dead owner's session ends up to
+	// sessionTouchTimeout later.
+	seen[kve.Key()] = watched{entry: &e, rev: kve.Revision(), written: time.Now()}
 }
 
 // rescueOne ends session key if its owner is gone, or finishes its end if that end
-// stalled, and reports whether it acted (or the entry is of no more use).
+// stalled, and reports whether the rescuer is done with what it saw: it acted, another
+// worker wrote the entry meanwhile (the watch brings that), or the entry is of no more
+// use. A write that failed otherwise is tried again at the next tick.
 func (s *sessions) rescueOne(ctx context.Context, key string, wt watched) bool {
 	id := sessionKey(key)
 	e := wt.entry
@@ -97,31 +104,42 @@ func (s *sessions) rescueOne(ctx context.Context, key string, wt watched) bool {
 	case time.Since(wt.written) > s.cfg.SessionMaxLife+s.cfg.EventsMaxAge:
 		return true // aged out of the bucket, with no delete the watch would bring
 	case e.State == sessionOpen && !s.alive(e, id, wt.written):
-		s.endDead(ctx, id, wt)
-		return true
+		return s.endDead(ctx, id, wt)
 	case e.State == sessionEnded && time.Since(wt.written) > endStall:
 		// Rewritten as it is: the first worker to do so finishes the end, and the
 		// others see it written again.
-		if _, err := s.kv.Update(ctx, key, mustJSON(e), wt.rev); err == nil {
+		_, err := s.kv.Update(ctx, key, mustJSON(e), wt.rev)
+		if err == nil {
 			s.finishLater(ctx, e.Sandbox, id, e)
 		}
-		return true
+		return written(err)
 	}
 	return false
 }
 
+// written reports whether an update of an entry is done with: it succeeded, or the
+// entry had been written since (a revision that no longer matches).
+func written(err error) bool {
+	return err == nil || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
+
 // endDead ends open session id, whose owner is gone, and finishes its end in the
-// background: its calls from the first its owner had not acked get session_lost.
-func (s *sessions) endDead(ctx context.Context, id sessionRef, wt watched) {
+// background: its calls from the first its owner had not acked get session_lost. It
+// reports whether the entry is done with (see written).
+func (s *sessions) endDead(ctx context.Context, id sessionRef, wt watched) bool {
 	e := &sessionEntry{Worker: wt.entry.Worker, Sandbox: wt.entry.Sandbox, State: sessionEnded, Reason: "its worker " + wt.entry.Worker + " died"}
 	if c, err := s.js.Consumer(ctx, wire.StreamSessions, id.consumer()); err == nil {
 		e.From = c.CachedInfo().AckFloor.Stream + 1
 	}
 	if _, err := s.kv.Update(ctx, id.key(), mustJSON(e), wt.rev); err != nil {
-		return // written meanwhile: its owner lives, or another worker ended it
+		if !written(err) {
+			s.log.Warn("end a session whose owner is gone", "session_id", id.key(), "err", err)
+		}
+		return written(err) // written meanwhile: its owner lives, or another worker ended it
 	}
 	s.log.Info("session ended: its owner is gone", "session_id", id.key(), "sandbox", e.Sandbox, "owner", e.Worker)
 	s.finishLater(ctx, e.Sandbox, id, e)
+	return true
 }
 
 // sessionKey is the session a key of BucketSessions names: <tenant>.<id> or <id>

@@ -84,6 +84,8 @@ type session struct {
 	opened  time.Time
 	rev     uint64 // of its entry when it was claimed
 	ended   string // why it ended, once it has; set by the session's own loop
+	// stopTouch ends the writing of its entry (touch), which starts at its claim.
+	stopTouch chan struct{}
 	// taken says why the fleet ended the session, its owner taken for dead (touch);
 	// the fleet answers its calls.
 	taken chan string
@@ -118,19 +120,26 @@ func (s *sessions) stop(context.Context) {
 	s.loops.Wait()
 }
 
-// begin takes a container for the session and starts its loop on a consumer of its
-// calls; rev is the revision of the entry that claimed it.
-func (s *sessions) begin(ctx context.Context, sandbox string, id sessionRef, rev uint64) error {
+// begin takes a container for session h, whose claim wrote its entry and touches it
+// meanwhile (a container may take up to the ack wait to free), and starts its loop on
+// a consumer of its calls. A session the fleet ended while it was being opened (its
+// owner taken for dead) is not served: its consumer is deleted and its container
+// retired.
+func (s *sessions) begin(ctx context.Context, h *session) error {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.AckWait)
 	defer cancel()
-	lease, err := s.cfg.Pool.Checkout(cctx, sandbox)
+	lease, err := s.cfg.Pool.Checkout(cctx, h.sandbox)
 	if err != nil {
 		return err
 	}
+	retire := func() {
+		lease.Retire(sandboxpool.RetireSession)
+		lease.Release()
+	}
 	cons, err := s.js.CreateOrUpdateConsumer(cctx, wire.StreamSessions, jetstream.ConsumerConfig{
-		Durable:       id.consumer(),
-		Description:   "calls of session " + id.key(),
-		FilterSubject: id.subject(sandbox),
+		Durable:       h.ref.consumer(),
+		Description:   "calls of session " + h.ref.key(),
+		FilterSubject: h.ref.subject(h.sandbox),
 		// From the session's first call, whichever call claimed it: a call that
 		// another worker nakked at its limits is earlier than the one that claimed the
 		// session here. Calls that have their end (refused ones) are skipped
@@ -144,13 +153,22 @@ func (s *sessions) begin(ctx context.Context, sandbox string, id sessionRef, rev
 		Replicas:          s.cfg.Replicas,
 	})
 	if err != nil {
-		lease.Retire(sandboxpool.RetireSession)
-		lease.Release()
+		retire()
 		return err
 	}
-	h := &session{ref: id, sandbox: sandbox, lease: lease, cons: cons, opened: time.Now(), rev: rev, taken: make(chan string, 1)}
+	// Still ours once the consumer is there: an end written before this read is seen
+	// here, and one written after it deletes the consumer and answers what it holds.
+	if e, _, _, err := s.entry(cctx, h.ref); err != nil || e == nil || e.State != sessionOpen || e.Worker != s.cfg.WorkerID {
+		_ = s.js.DeleteConsumer(context.WithoutCancel(cctx), wire.StreamSessions, h.ref.consumer())
+		retire()
+		if err == nil {
+			err = errors.New("the fleet ended it while it was being opened")
+		}
+		return err
+	}
+	h.lease, h.cons, h.opened = lease, cons, time.Now()
 	s.mu.Lock()
-	s.held[id.key()] = h
+	s.held[h.ref.key()] = h
 	s.mu.Unlock()
 	s.loops.Add(1)
 	go s.serve(h)
@@ -161,9 +179,6 @@ func (s *sessions) begin(ctx context.Context, sandbox string, id sessionRef, rev
 // past the TTL, past its maximum life, its process lost, or the worker stopping.
 func (s *sessions) serve(h *session) {
 	defer s.loops.Done()
-	stopTouch := make(chan struct{})
-	s.loops.Add(1)
-	go s.touch(h, h.rev, stopTouch)
 	idleSince := time.Now()
 	taken := false
 	for h.ended == "" {
@@ -186,7 +201,7 @@ func (s *sessions) serve(h *session) {
 		}
 		idleSince = time.Now()
 	}
-	close(stopTouch)
+	close(h.stopTouch)
 	if taken {
 		s.release(h, h.ended)
 		return

@@ -588,3 +588,87 @@ func TestSessionAttackATenantsShareHoldsForSessionsOpenedAtOnce(t *testing.T) {
 		t.Errorf("alpha holds %d sessions of a worker of 6; want its share, 3", n)
 	}
 }
+
+// eventCounts returns how many events of each type the execution has in the events
+// stream.
+func eventCounts(t *testing.T, js jetstream.JetStream, id string) map[string]uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, wire.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(wire.SubjectPrefixEvents+"."+id+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for subj, n := range info.State.Subjects {
+		out[subj[len(wire.SubjectPrefixEvents)+len(id)+2:]] = n
+	}
+	return out
+}
+
+// TestASessionSlowToOpenIsNotTakenForDead: worker A claims a session while its only
+// container is busy with a stateless job, and waits for it (up to the ack wait). A
+// review found that nothing wrote the session's entry meanwhile (its touch started
+// once the session served): worker B's rescuer saw an open entry unwritten for 15 s
+// and ended the session as if A had died, its first call got session_lost, and A,
+// once it had its container, ran a later call of the ended session. The entry is
+// written from the claim on, and a session the fleet ended while it was being opened
+// is not served.
+func TestASessionSlowToOpenIsNotTakenForDead(t *testing.T) {
+	_, nc := testenv.NATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := func(c *worker.Config) { c.AckWait, c.Heartbeat = 60*time.Second, 5*time.Second }
+	testworker.Start(t, nc, testworker.Options{ID: newID("slowopen"), Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: slow})
+	c := newSessionClient(t, nc)
+	busy, err := c.Submit(t.Context(), wire.Job{Sandbox: "default", Script: "import time\ntime.sleep(32)", TimeoutSec: 90})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waitWithin(t, busy, 2*time.Minute) })
+	testenv.WaitFor(t, 30*time.Second, "the busy job to start", func() bool { return eventCounts(t, js, busy.ID)[wire.EventStarted] > 0 })
+	s := c.NewSession("default")
+	first := publishCalls(t, js, s.ID, 1, "x = 1\nemit_result(1)")
+	opened := time.Now()
+	testworker.Start(t, nc, testworker.Options{ID: newID("rescuer"), Sandbox: sandboxpool.Sandbox{PoolSize: 1}, Worker: slow})
+	testenv.WaitFor(t, 90*time.Second, "A's session consumer", func() bool {
+		_, err := js.Consumer(t.Context(), wire.StreamSessions, wire.SessionConsumerName("", s.ID))
+		return err == nil
+	})
+	t.Logf("the session's consumer exists %v after the first call", time.Since(opened).Round(time.Second))
+	later := publishCalls(t, js, s.ID, 3, "import time\ntime.sleep(1)\nemit_result(2)")
+	waitForEnds(t, js, append(first, later...), time.Minute, "calls of the slowly opened session")
+	time.Sleep(10 * time.Second) // late second ends
+	kv, err := js.KeyValue(t.Context(), worker.BucketSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv.Get(t.Context(), s.ID); err == nil {
+		t.Logf("entry: %s", e.Value())
+	}
+	for i, id := range append(first, later...) {
+		n := eventCounts(t, js, id)
+		t.Logf("call %d: %v", i+1, n)
+		stream, _ := js.Stream(t.Context(), wire.StreamEvents)
+		for _, typ := range []string{wire.EventError, wire.EventScriptDone} {
+			if m, err := stream.GetLastMsgForSubject(t.Context(), wire.EventSubject(id, typ)); err == nil {
+				t.Logf("  %s: %s", typ, m.Data)
+			}
+		}
+		if n[wire.EventScriptDone] > 1 {
+			t.Errorf("call %d has %d ends", i+1, n[wire.EventScriptDone])
+		}
+		if i == 0 && n[wire.EventStarted] == 0 {
+			t.Errorf("call 1, of a live worker's session, did not run: %v", n)
+		}
+		if i > 0 && n[wire.EventStarted] > 0 && eventCounts(t, js, first[0])[wire.EventStarted] == 0 {
+			t.Errorf("call %d ran in a session whose first call got session_lost", i+1)
+		}
+	}
+}

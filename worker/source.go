@@ -50,12 +50,17 @@ type sourcer struct {
 	rates    *tenantRates
 	log      *slog.Logger
 
-	mu   sync.Mutex
-	made map[string]bool // tenants whose consumer this worker made or updated
+	mu     sync.Mutex
+	made   map[string]bool      // tenants whose consumer this worker made or updated
+	failed map[string]time.Time // when a job's making of a tenant's consumer last failed
 }
 
+// sourceRetry is how soon a job of a tenant tries again to make its consumer after
+// a failure (a server older than 2.14 refuses it every time).
+const sourceRetry = time.Minute
+
 func newSourcer(js jetstream.JetStream, replicas int, bg *background, log *slog.Logger) *sourcer {
-	return &sourcer{js: js, replicas: replicas, bg: bg, rates: newTenantRates(sourceRate, sourceBurst), log: log, made: map[string]bool{}}
+	return &sourcer{js: js, replicas: replicas, bg: bg, rates: newTenantRates(sourceRate, sourceBurst), log: log, made: map[string]bool{}, failed: map[string]time.Time{}}
 }
 
 // ensure makes or updates tenant's events consumer, once per worker unless it failed.
@@ -88,20 +93,23 @@ func (s *sourcer) ensure(ctx context.Context, tenant string) error {
 }
 
 // ensureFor makes tenant's events consumer for a job of the tenant this worker
-// takes, unless it was made already: once per tenant and worker, within a few
-// seconds. A failure is logged, not the job's: the events are in the fleet's stream,
+// takes, unless it was made already (once per tenant and worker, within a few
+// seconds) or failed within sourceRetry. A failure is logged, not the job's: the events are in the fleet's stream,
 // and the consumer, made later, delivers them from the first.
 func (s *sourcer) ensureFor(ctx context.Context, tenant string) {
 	s.mu.Lock()
-	made := s.made[tenant]
+	skip := s.made[tenant] || time.Since(s.failed[tenant]) < sourceRetry
 	s.mu.Unlock()
-	if made || tenant == "" {
+	if skip || tenant == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.ensure(ctx, tenant); err != nil {
 		s.log.Warn("carry a tenant's events to its account", "tenant", tenant, "err", err)
+		s.mu.Lock()
+		s.failed[tenant] = time.Now()
+		s.mu.Unlock()
 	}
 }
 
