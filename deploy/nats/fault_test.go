@@ -138,19 +138,23 @@ func TestAClusterLosesNoJobWhenAWorkerAndANATSServerDie(t *testing.T) {
 	if !after(killServerAfter) {
 		t.Fatalf("the agents ended before the NATS server was killed: %s", load.failureSummary())
 	}
-	// The server to kill leads the jobs stream; the events stream and the consumer
-	// are led there too first, so that one kill costs every part a new leader.
-	leaders := leadersOf(t, js)
+	// The server to kill leads the tenant's events stream, which sources the
+	// tenant's events from the fleet's (when they came unacknowledged, a kill of its
+	// leader lost some); the jobs stream, the fleet's events stream and the jobs
+	// consumer are led there too first, so that one kill costs every part a new
+	// leader.
+	tenantLeader := tenantEventsLeader(t, natsURL, keys.agent)
 	var doomed *natsServer
 	for _, s := range servers {
-		if s.name == leaders[wire.StreamExec] {
+		if s.name == tenantLeader {
 			doomed = s
 		}
 	}
 	if doomed == nil {
-		t.Fatalf("no server leads %s: leaders %v", wire.StreamExec, leaders)
+		t.Fatalf("no server of the cluster leads the tenant's events stream: %q", tenantLeader)
 	}
-	leaders = gatherLeaders(t, observer, js, doomed.name)
+	leaders := gatherLeaders(t, observer, js, doomed.name)
+	leaders["the tenant's "+wire.StreamEvents] = tenantLeader
 	doomed.kill(t)
 	serverKilled := fault{what: fmt.Sprintf("NATS server %s (leader of %s)", doomed.name, describeLeaders(leaders, doomed.name)),
 		after: load.done.Load(), at: time.Since(loadStart)}
@@ -571,6 +575,26 @@ func createTenantEvents(t *testing.T, natsURL, seed string) {
 	}
 }
 
+// tenantEventsLeader returns the server that leads the tenant's events stream, as
+// the tenant's agent sees it.
+func tenantEventsLeader(t *testing.T, natsURL, seed string) string {
+	t.Helper()
+	js, err := jetstream.New(connect(t, natsURL, "tenant-leader", seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, wire.StreamEvents)
+	if err != nil {
+		t.Fatalf("the tenant's events stream: %v", err)
+	}
+	if c := stream.CachedInfo().Cluster; c != nil {
+		return c.Leader
+	}
+	return ""
+}
+
 // checkReplicas asserts that the streams, the consumer and the buckets the workers
 // created have three replicas, each on its own node, and the consumer the fleet's
 // MaxAckPending.
@@ -598,13 +622,14 @@ func checkReplicas(t *testing.T, js jetstream.JetStream, maxAckPending int) {
 	}
 }
 
-// gatherLeaders asks the leaders of the events stream and of the jobs consumer to
-// hand their leadership to the server named target, and returns the leaders after
+// gatherLeaders asks the leaders of the jobs and events streams and of the jobs
+// consumer to hand their leadership to the server named target, and returns the leaders after
 // (some may have stayed where they were: the test goes on with those).
 func gatherLeaders(t *testing.T, nc *nats.Conn, js jetstream.JetStream, target string) map[string]string {
 	t.Helper()
 	consumer := "consumer " + wire.ConsumerName("default")
 	stepdown := map[string]string{
+		wire.StreamExec:   "$JS.API.STREAM.LEADER.STEPDOWN." + wire.StreamExec,
 		wire.StreamEvents: "$JS.API.STREAM.LEADER.STEPDOWN." + wire.StreamEvents,
 		consumer:          "$JS.API.CONSUMER.LEADER.STEPDOWN." + wire.StreamExec + "." + wire.ConsumerName("default"),
 	}
@@ -623,7 +648,7 @@ func gatherLeaders(t *testing.T, nc *nats.Conn, js jetstream.JetStream, target s
 		if err == nil {
 			leaders = l
 		}
-		return err == nil && leaders[wire.StreamEvents] == target && leaders[consumer] == target
+		return err == nil && leaders[wire.StreamExec] == target && leaders[wire.StreamEvents] == target && leaders[consumer] == target
 	})
 	if leaders == nil {
 		leaders = leadersOf(t, js)
