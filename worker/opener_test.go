@@ -66,16 +66,24 @@ func tryCallOf(t *testing.T, js jetstream.JetStream, sandbox, sessionID, id, scr
 	return err
 }
 
+// fleetEvents returns the events stream, and a context of 10 s to read it with.
+func fleetEvents(t *testing.T, js jetstream.JetStream) (jetstream.Stream, context.Context, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	stream, err := js.Stream(ctx, wire.StreamEvents)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	return stream, ctx, cancel
+}
+
 // hasEnd reports whether the execution has a script_done in the events stream.
 func hasEnd(t *testing.T, js jetstream.JetStream, id string) bool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	stream, ctx, cancel := fleetEvents(t, js)
 	defer cancel()
-	stream, err := js.Stream(ctx, wire.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = stream.GetLastMsgForSubject(ctx, wire.EventSubject(id, wire.EventScriptDone))
+	_, err := stream.GetLastMsgForSubject(ctx, wire.EventSubject(id, wire.EventScriptDone))
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatal(err)
 	}

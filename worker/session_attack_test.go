@@ -593,13 +593,9 @@ func TestSessionAttackATenantsShareHoldsForSessionsOpenedAtOnce(t *testing.T) {
 // stream.
 func eventCounts(t *testing.T, js jetstream.JetStream, id string) map[string]uint64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	stream, ctx, cancel := fleetEvents(t, js)
 	defer cancel()
-	stream, err := js.Stream(ctx, wire.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(wire.SubjectPrefixEvents+"."+id+".>"))
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(wire.EventsWildcard(id)))
 	if err != nil {
 		t.Fatal(err)
 	}
