@@ -278,8 +278,12 @@ const (
 	tenantEventsMaxAge = time.Hour
 	// tenantEventsDuplicates is that stream's duplicate window.
 	tenantEventsDuplicates = 2 * time.Minute
-	// ensureEventsTimeout bounds the look-up (and creation) of the stream.
+	// ensureEventsTimeout bounds the look-up of the stream, and its creation.
 	ensureEventsTimeout = 5 * time.Second
+	// sourceAskBudget bounds the request that the workers carry the account's events
+	// (asked again while they say busy): past it the stream is made of the events as
+	// they arrive, and made to source them later.
+	sourceAskBudget = 2 * time.Second
 )
 
 // ensureEvents makes sure that the account the client is in has the events stream
@@ -300,16 +304,18 @@ func (c *Client) ensureEvents(ctx context.Context) error {
 	if c.eventsReady {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, ensureEventsTimeout)
-	defer cancel()
-	stream, err := c.js.Stream(ctx, wire.StreamEvents)
+	lctx, cancel := context.WithTimeout(ctx, ensureEventsTimeout)
+	stream, err := c.js.Stream(lctx, wire.StreamEvents)
+	cancel()
 	code, _ := apiErrorCode(err)
 	switch {
 	case code == codeStreamNotFound:
 		cfg := tenantEvents(c.askSource(ctx))
+		cctx, cancel := context.WithTimeout(ctx, ensureEventsTimeout)
+		defer cancel()
 		err = createReplicated(func(replicas int) error {
 			cfg.Replicas = replicas
-			_, err := c.js.CreateStream(ctx, cfg)
+			_, err := c.js.CreateStream(cctx, cfg)
 			return err
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -333,7 +339,9 @@ func (c *Client) ensureEvents(ctx context.Context) error {
 		cfg := stream.CachedInfo().Config
 		sourced := tenantEvents(true)
 		cfg.Subjects, cfg.Sources = sourced.Subjects, sourced.Sources
-		if _, err := c.js.UpdateStream(ctx, cfg); err != nil {
+		uctx, cancel := context.WithTimeout(ctx, ensureEventsTimeout)
+		defer cancel()
+		if _, err := c.js.UpdateStream(uctx, cfg); err != nil {
 			c.log.Warn("jazzmine client: make the account's events stream source the fleet's", "error", err)
 		}
 	}
@@ -356,7 +364,9 @@ func tenantEvents(sourced bool) jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 	}
 	if !sourced {
-		cfg.Subjects = []string{wire.AllEventsWildcard}
+		// Deduplicated over its whole age: once it sources the fleet's stream, which
+		// delivers from the tenant's first event, none it holds is stored twice.
+		cfg.Subjects, cfg.Duplicates = []string{wire.AllEventsWildcard}, tenantEventsMaxAge
 		return cfg
 	}
 	// The fleet's consumer of this tenant's events (wire.TenantEventsConsumer), as
@@ -373,6 +383,8 @@ func tenantEvents(sourced bool) jetstream.StreamConfig {
 // askSource asks the workers to carry this tenant's events to its account, and
 // reports whether one did. In the fleet's own account nothing answers.
 func (c *Client) askSource(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, sourceAskBudget)
+	defer cancel()
 	m, err := c.ask(ctx, wire.SubjectSource, nil)
 	if err == nil && m.Header.Get(wire.HeaderError) != "" {
 		err = errors.New(m.Header.Get(wire.HeaderError))

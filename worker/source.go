@@ -51,26 +51,34 @@ type sourcer struct {
 	log      *slog.Logger
 
 	mu     sync.Mutex
-	made   map[string]bool      // tenants whose consumer this worker made or updated
+	made   map[string]time.Time // when this worker last made or updated a tenant's consumer
 	failed map[string]time.Time // when a job's making of a tenant's consumer last failed
 }
 
-// sourceRetry is how soon a job of a tenant tries again to make its consumer after
-// a failure (a server older than 2.14 refuses it every time).
-const sourceRetry = time.Minute
+const (
+	// sourceFresh is how long a consumer this worker made counts as there: a
+	// request or a job after it makes it again (an idempotent update), so that one
+	// an operator deleted, or lost with the fleet's stream, comes back.
+	sourceFresh = 10 * time.Minute
+	// sourceRetry is how soon a job of a tenant tries again to make its consumer
+	// after a failure (a server older than 2.14 refuses it every time).
+	sourceRetry = time.Minute
+)
 
 func newSourcer(js jetstream.JetStream, replicas int, bg *background, log *slog.Logger) *sourcer {
-	return &sourcer{js: js, replicas: replicas, bg: bg, rates: newTenantRates(sourceRate, sourceBurst), log: log, made: map[string]bool{}, failed: map[string]time.Time{}}
+	return &sourcer{js: js, replicas: replicas, bg: bg, rates: newTenantRates(sourceRate, sourceBurst), log: log,
+		made: map[string]time.Time{}, failed: map[string]time.Time{}}
 }
 
-// ensure makes or updates tenant's events consumer, once per worker unless it failed.
-func (s *sourcer) ensure(ctx context.Context, tenant string) error {
+// fresh reports whether this worker made tenant's consumer within sourceFresh.
+func (s *sourcer) fresh(tenant string) bool {
 	s.mu.Lock()
-	made := s.made[tenant]
-	s.mu.Unlock()
-	if made {
-		return nil
-	}
+	defer s.mu.Unlock()
+	return time.Since(s.made[tenant]) < sourceFresh
+}
+
+// ensure makes or updates tenant's events consumer.
+func (s *sourcer) ensure(ctx context.Context, tenant string) error {
 	_, err := s.js.CreateOrUpdatePushConsumer(ctx, wire.StreamEvents, jetstream.ConsumerConfig{
 		Durable:        wire.TenantEventsConsumer(tenant),
 		Description:    "the events of tenant " + tenant + ", sourced by its account's events stream",
@@ -83,39 +91,46 @@ func (s *sourcer) ensure(ctx context.Context, tenant string) error {
 		MaxAckPending:  sourcePending,
 		Replicas:       s.replicas,
 	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err != nil {
+		s.failed[tenant] = time.Now()
 		return fmt.Errorf("make the events consumer of tenant %s: %w", tenant, err)
 	}
-	s.mu.Lock()
-	s.made[tenant] = true
-	s.mu.Unlock()
+	s.made[tenant] = time.Now()
 	return nil
 }
 
 // ensureFor makes tenant's events consumer for a job of the tenant this worker
-// takes, unless it was made already (once per tenant and worker, within a few
-// seconds) or failed within sourceRetry. A failure is logged, not the job's: the events are in the fleet's stream,
-// and the consumer, made later, delivers them from the first.
+// takes, unless it is fresh or failed within sourceRetry: within a few seconds, and
+// about once per tenant and worker every sourceFresh. A failure is logged, not the
+// job's: the events are in the fleet's stream, and the consumer, made later,
+// delivers them from the first.
 func (s *sourcer) ensureFor(ctx context.Context, tenant string) {
+	if tenant == "" || s.fresh(tenant) {
+		return
+	}
 	s.mu.Lock()
-	skip := s.made[tenant] || time.Since(s.failed[tenant]) < sourceRetry
+	failed := time.Since(s.failed[tenant]) < sourceRetry
 	s.mu.Unlock()
-	if skip || tenant == "" {
+	if failed {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.ensure(ctx, tenant); err != nil {
 		s.log.Warn("carry a tenant's events to its account", "tenant", tenant, "err", err)
-		s.mu.Lock()
-		s.failed[tenant] = time.Now()
-		s.mu.Unlock()
 	}
 }
 
 // serve is the handler of sourceAll: a tenant's request that the fleet carry its
-// events, answered once its consumer is made (an empty answer) or with the error.
+// events, answered at once when this worker made its consumer lately, else once it
+// has made it again (an empty answer) or with the error, within the tenant's rate.
 func (s *sourcer) serve(m *nats.Msg) {
+	if tenant, err := wire.ParseSourceSubject(m.Subject); err == nil && m.Reply != "" && s.fresh(tenant) {
+		_ = m.Respond(nil)
+		return
+	}
 	s.bg.serveTenant(m, wire.ParseSourceSubject, s.rates, func(ctx context.Context, tenant string) *nats.Msg {
 		reply := &nats.Msg{Header: nats.Header{}}
 		if err := s.ensure(ctx, tenant); err != nil {
