@@ -73,7 +73,8 @@ func (b *background) begin() {
 
 // run queues f as a background task of tenant, to run with a bounded context unless
 // the worker shuts down first; close waits for the tasks under way. It is called by
-// the handler of the NATS subscription that received m, and does not wait. A
+// the handler of the NATS subscription that received m (nil for work a job asks
+// for), and does not wait. A
 // tenant's task beyond backgroundQueue waiting is dropped (logged once until its
 // queue drains): a flood costs its sender, not the others. What the client itself
 // drops beyond its limits (a slow consumer) is logged, with the count, at the next
@@ -84,7 +85,12 @@ func (b *background) run(tenant string, m *nats.Msg, f func(ctx context.Context)
 		b.mu.Unlock()
 		return false
 	}
-	dropped := b.droppedLocked(m.Sub)
+	var sub *nats.Subscription // nil for work that no message asked for
+	subject := ""
+	if m != nil {
+		sub, subject = m.Sub, m.Subject
+	}
+	dropped := b.droppedLocked(sub)
 	q := b.queues[tenant]
 	switch {
 	case len(q) >= backgroundQueue:
@@ -92,7 +98,7 @@ func (b *background) run(tenant string, m *nats.Msg, f func(ctx context.Context)
 		b.full[tenant] = true
 		b.mu.Unlock()
 		if first {
-			b.log.Warn("a tenant's background work is at its limit: its excess is dropped", "tenant", tenant, "limit", backgroundQueue, "subject", m.Subject)
+			b.log.Warn("a tenant's background work is at its limit: its excess is dropped", "tenant", tenant, "limit", backgroundQueue, "subject", subject)
 		}
 		return false
 	case len(q) == 0:
@@ -101,7 +107,7 @@ func (b *background) run(tenant string, m *nats.Msg, f func(ctx context.Context)
 	b.queues[tenant] = append(q, f)
 	b.mu.Unlock()
 	if dropped > 0 {
-		b.log.Error("messages dropped by the NATS client while background work was at its limit (slow consumer)", "subject", m.Sub.Subject, "dropped", dropped)
+		b.log.Error("messages dropped by the NATS client while background work was at its limit (slow consumer)", "subject", sub.Subject, "dropped", dropped)
 	}
 	select {
 	case b.wake <- struct{}{}:

@@ -153,7 +153,7 @@ func (pr *processor) process(traced context.Context, sandbox string, msg jetstre
 	if err != nil {
 		return pr.invalid(traced, job, ref, ct, attempt, err, log)
 	}
-	pr.sources.ensureFor(traced, ref.tenant) // the tenant's stream sources its events
+	pr.sources.ensureFor(ref.tenant) // the tenant's stream sources its events
 
 	// Register first, then look for a cancel that came while the job was queued: a
 	// cancel arriving in between finds the job registered (see cancel.go).

@@ -281,14 +281,14 @@ func (s *sessions) claim(ctx context.Context, sandbox string, id sessionRef, msg
 	}
 	// Its entry is written from now on, so that the fleet does not take a session
 	// waiting for a container for one whose owner died.
-	h := &session{ref: id, sandbox: sandbox, rev: rev, taken: make(chan string, 1), stopTouch: make(chan struct{})}
+	h := &session{ref: id, sandbox: sandbox, taken: make(chan string, 1), stopTouch: make(chan struct{})}
 	s.loops.Add(1)
 	go s.touch(h, rev, h.stopTouch)
 	if err := s.begin(ctx, h); err != nil {
 		close(h.stopTouch)
 		s.log.Warn("open a session", "session_id", id.key(), "sandbox", sandbox, "err", err)
 		answered := s.answer(sandbox, msg, wire.KindInfrastructure, fmt.Sprintf("session %s could not be opened: %v", id.id, err))
-		s.end(context.Background(), &session{ref: id, sandbox: sandbox}, "it could not be opened: "+err.Error())
+		s.end(context.Background(), h, "it could not be opened: "+err.Error())
 		if answered != nil {
 			_ = msg.NakWithDelay(time.Second) // session_lost on the next look
 			return

@@ -82,7 +82,6 @@ type session struct {
 	lease   *sandboxpool.Lease
 	cons    jetstream.Consumer
 	opened  time.Time
-	rev     uint64 // of its entry when it was claimed
 	ended   string // why it ended, once it has; set by the session's own loop
 	// stopTouch ends the writing of its entry (touch), which starts at its claim.
 	stopTouch chan struct{}

@@ -50,9 +50,9 @@ type sourcer struct {
 	rates    *tenantRates
 	log      *slog.Logger
 
-	mu     sync.Mutex
-	made   map[string]time.Time // when this worker last made or updated a tenant's consumer
-	failed map[string]time.Time // when a job's making of a tenant's consumer last failed
+	mu    sync.Mutex
+	made  map[string]time.Time // when this worker last made or updated a tenant's consumer
+	tried map[string]time.Time // when a job of the tenant last had it made (ensureFor)
 }
 
 const (
@@ -60,14 +60,14 @@ const (
 	// request or a job after it makes it again (an idempotent update), so that one
 	// an operator deleted, or lost with the fleet's stream, comes back.
 	sourceFresh = 10 * time.Minute
-	// sourceRetry is how soon a job of a tenant tries again to make its consumer
-	// after a failure (a server older than 2.14 refuses it every time).
+	// sourceRetry is how soon a job of a tenant has its consumer made again after a
+	// try (a server older than 2.14 refuses it every time).
 	sourceRetry = time.Minute
 )
 
 func newSourcer(js jetstream.JetStream, replicas int, bg *background, log *slog.Logger) *sourcer {
 	return &sourcer{js: js, replicas: replicas, bg: bg, rates: newTenantRates(sourceRate, sourceBurst), log: log,
-		made: map[string]time.Time{}, failed: map[string]time.Time{}}
+		made: map[string]time.Time{}, tried: map[string]time.Time{}}
 }
 
 // fresh reports whether this worker made tenant's consumer within sourceFresh.
@@ -91,36 +91,38 @@ func (s *sourcer) ensure(ctx context.Context, tenant string) error {
 		MaxAckPending:  sourcePending,
 		Replicas:       s.replicas,
 	})
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
-		s.failed[tenant] = time.Now()
 		return fmt.Errorf("make the events consumer of tenant %s: %w", tenant, err)
 	}
+	s.mu.Lock()
 	s.made[tenant] = time.Now()
+	s.mu.Unlock()
 	return nil
 }
 
-// ensureFor makes tenant's events consumer for a job of the tenant this worker
-// takes, unless it is fresh or failed within sourceRetry: within a few seconds, and
-// about once per tenant and worker every sourceFresh. A failure is logged, not the
-// job's: the events are in the fleet's stream, and the consumer, made later,
-// delivers them from the first.
-func (s *sourcer) ensureFor(ctx context.Context, tenant string) {
-	if tenant == "" || s.fresh(tenant) {
+// ensureFor has tenant's events consumer made, for a job of the tenant this worker
+// takes, in the tenant's background work (not on the job's path), unless it is
+// fresh or a job had it made within sourceRetry: about once per tenant and worker
+// every sourceFresh. A failure is logged, not the job's: the events are in the
+// fleet's stream, and the consumer, made later, delivers them from the first.
+func (s *sourcer) ensureFor(tenant string) {
+	if tenant == "" {
 		return
 	}
 	s.mu.Lock()
-	failed := time.Since(s.failed[tenant]) < sourceRetry
+	skip := time.Since(s.made[tenant]) < sourceFresh || time.Since(s.tried[tenant]) < sourceRetry
+	if !skip {
+		s.tried[tenant] = time.Now()
+	}
 	s.mu.Unlock()
-	if failed {
+	if skip {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := s.ensure(ctx, tenant); err != nil {
-		s.log.Warn("carry a tenant's events to its account", "tenant", tenant, "err", err)
-	}
+	s.bg.run(tenant, nil, func(ctx context.Context) {
+		if err := s.ensure(ctx, tenant); err != nil {
+			s.log.Warn("carry a tenant's events to its account", "tenant", tenant, "err", err)
+		}
+	})
 }
 
 // serve is the handler of sourceAll: a tenant's request that the fleet carry its

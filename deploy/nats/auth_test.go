@@ -826,8 +826,8 @@ func TestSessionCallsNoWorkerCanTakeDoNotHoldTheStream(t *testing.T) {
 	}
 }
 
-// fleetStream is the stream of the fleet's account with the name, looked up on wnc, a
-// worker's connection.
+// fleetStream is the stream with the name of the account of wnc (a worker's
+// connection: the fleet's account).
 func fleetStream(t *testing.T, wnc *nats.Conn, name string) jetstream.Stream {
 	t.Helper()
 	wjs, err := jetstream.New(wnc)

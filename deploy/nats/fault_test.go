@@ -579,16 +579,7 @@ func createTenantEvents(t *testing.T, natsURL, seed string) {
 // the tenant's agent sees it.
 func tenantEventsLeader(t *testing.T, natsURL, seed string) string {
 	t.Helper()
-	js, err := jetstream.New(connect(t, natsURL, "tenant-leader", seed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	stream, err := js.Stream(ctx, wire.StreamEvents)
-	if err != nil {
-		t.Fatalf("the tenant's events stream: %v", err)
-	}
+	stream := fleetStream(t, connect(t, natsURL, "tenant-leader", seed), wire.StreamEvents) // the tenant's own
 	if c := stream.CachedInfo().Cluster; c != nil {
 		return c.Leader
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,15 +30,7 @@ import (
 func TestATenantGetsTheEventsItsStreamMissed(t *testing.T) {
 	workerSeed, workerPub := testenv.UserKey(t)
 	agentSeed, agentPub := testenv.UserKey(t)
-	conf, err := natsdeploy.AuthConfig([]string{workerPub}, []natsdeploy.Tenant{{Name: "agents", Key: agentPub}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "auth.conf")
-	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv := testenv.AuthServer(t, file)
+	srv := authServer(t, []string{workerPub}, []natsdeploy.Tenant{{Name: "agents", Key: agentPub}}, nil)
 	wnc := connectAs(t, srv.ClientURL(), workerSeed, nil)
 	startAuthWorker(t, wnc)
 	fleet, err := jetstream.New(wnc)
@@ -163,20 +156,13 @@ func TestAnUnrestrictedTenantUserReachesNoOtherTenantsEvents(t *testing.T) {
 	workerSeed, workerPub := testenv.UserKey(t)
 	alphaSeed, alphaPub := testenv.UserKey(t)
 	betaSeed, betaPub := testenv.UserKey(t)
-	conf, err := natsdeploy.AuthConfig([]string{workerPub}, []natsdeploy.Tenant{{Name: "alpha", Key: alphaPub}, {Name: "beta", Key: betaPub}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent := "{ nkey: " + alphaPub + ", permissions: $AGENT }"
-	if !strings.Contains(conf, agent) {
-		t.Fatalf("no %q in the auth config", agent)
-	}
-	conf = strings.Replace(conf, agent, "{ nkey: "+alphaPub+" }", 1)
-	file := filepath.Join(t.TempDir(), "auth.conf")
-	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv := testenv.AuthServer(t, file)
+	srv := authServer(t, []string{workerPub}, []natsdeploy.Tenant{{Name: "alpha", Key: alphaPub}, {Name: "beta", Key: betaPub}}, func(conf string) string {
+		agent := "{ nkey: " + alphaPub + ", permissions: $AGENT }"
+		if !strings.Contains(conf, agent) {
+			t.Fatalf("no %q in the auth config", agent)
+		}
+		return strings.Replace(conf, agent, "{ nkey: "+alphaPub+" }", 1)
+	})
 	startAuthWorker(t, connectAs(t, srv.ClientURL(), workerSeed, nil))
 	anc, bnc := connectAs(t, srv.ClientURL(), alphaSeed, nil), connectAs(t, srv.ClientURL(), betaSeed, nil)
 	heard := make(chan *nats.Msg, 256)
@@ -233,4 +219,22 @@ func TestAnUnrestrictedTenantUserReachesNoOtherTenantsEvents(t *testing.T) {
 	}
 	t.Logf("the fleet's account holds %d reply mappings after the flood", fleet.NumPendingAllResponses())
 	testenv.WaitFor(t, 10*time.Second, "the flood's reply mappings to expire", func() bool { return fleet.NumPendingAllResponses() < 100 })
+}
+
+// authServer starts a server with the auth config rendered for workers and tenants,
+// changed by tweak first where it is not nil.
+func authServer(t *testing.T, workers []string, tenants []natsdeploy.Tenant, tweak func(string) string) *server.Server {
+	t.Helper()
+	conf, err := natsdeploy.AuthConfig(workers, tenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tweak != nil {
+		conf = tweak(conf)
+	}
+	file := filepath.Join(t.TempDir(), "auth.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return testenv.AuthServer(t, file)
 }
